@@ -1,0 +1,196 @@
+"""The one canonical event schema, the findings schema, and the shared enumerations.
+
+Every stage boundary speaks these frames:
+
+* **events**   (``EVENT_SCHEMA``): one row per log record (a multi-line record is one row).
+  Produced by every source (files, VictoriaLogs, NVML, simulator), consumed by detectors.
+* **findings** (``FINDING_SCHEMA``): events that a rule or a behavioural detector flagged,
+  plus what it extracted. Attribution turns findings into incidents.
+* **quarantine** (``QUARANTINE_SCHEMA``): input that could not become an event, kept aside.
+
+Times are always timezone-aware UTC with nanosecond precision (``pl.Datetime("ns", "UTC")``).
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+import polars as pl
+
+from recovery_logs.errors import InputError
+
+SCHEMA_VERSION = 1
+TIME = pl.Datetime("ns", "UTC")
+
+EVENT_SCHEMA: dict[str, pl.DataType] = {
+    "time": TIME,               # event time; null only if a source has no usable clock at all
+    "time_inferred": pl.Boolean,  # True when the line had no timestamp and time was carried from a neighbour
+    "host": pl.String,          # node name (normalised: short hostname as Slurm knows it)
+    "job_id": pl.String,        # Slurm job id when known
+    "source": pl.String,        # SourceKind value
+    "file": pl.String,          # path, or "victorialogs:<stream_id>", or "nvml", or "sim"
+    "line": pl.Int64,           # 1-based line number of the record's first line in `file` (0 if none)
+    "seq": pl.Int64,            # global ingestion order, unique within one run
+    "stream_id": pl.String,     # VictoriaLogs _stream_id, or null
+    "rank": pl.Int32,           # distributed rank from a `[rank3]:` prefix, or null
+    "message": pl.String,       # the log text without the syslog/dmesg/glog prefix; joined with "\n" if multi-line
+}
+
+FINDING_EXTRA_SCHEMA: dict[str, pl.DataType] = {
+    "rule_id": pl.String,       # e.g. "xid.79", "nccl.watchdog_timeout", "detector.hang"
+    "rule_version": pl.Int32,
+    "category": pl.String,      # Category value, or "progress"
+    "severity": pl.String,      # Severity value
+    "role": pl.String,          # Role value
+    "action": pl.String,        # suggested EngineAction value
+    "xid": pl.Int32,
+    "pci": pl.String,           # PCI bus id as printed, e.g. "0000:cb:00"
+    "gpu": pl.Int32,            # GPU index when known
+    "nccl_seq": pl.Int64,
+    "nccl_op": pl.String,
+    "peer": pl.String,          # peer address / host named by NCCL or IB errors
+    "step": pl.Int64,           # training iteration from progress lines
+    "step_time_s": pl.Float64,  # seconds per iteration from progress lines
+    "fatal": pl.Boolean,        # decoded fatal flag (XID 144-150), null when unknown
+    "detail": pl.String,        # JSON object of any further extracted fields
+}
+
+FINDING_SCHEMA: dict[str, pl.DataType] = {**EVENT_SCHEMA, **FINDING_EXTRA_SCHEMA}
+
+QUARANTINE_SCHEMA: dict[str, pl.DataType] = {
+    "file": pl.String,
+    "line": pl.Int64,
+    "reason": pl.String,        # QuarantineReason value
+    "raw": pl.String,           # the offending text (invalid bytes as \\x escapes, long lines cut to 4 KiB)
+}
+
+
+class SourceKind(StrEnum):
+    KERNEL = "kernel"       # kern.log, dmesg, journald kernel transport, NVRM
+    JOB = "job"             # job stdout/stderr, torchrun, NCCL
+    SLURM = "slurm"         # slurmd / slurmctld / slurmstepd logs
+    JOURNALD = "journald"   # journalctl -o json records that are not kernel
+    NVML = "nvml"           # the NVML agent
+    OTHER = "other"
+
+
+class Category(StrEnum):
+    XID = "xid"
+    ECC_MEMORY = "ecc_memory"
+    NVLINK = "nvlink"
+    PCIE = "pcie"
+    INFINIBAND_LINK = "infiniband_link"
+    NCCL_NETWORK_ERROR = "nccl_network_error"
+    NCCL_TIMEOUT_HANG = "nccl_timeout_hang"
+    NCCL_OTHER = "nccl_other"
+    CUDA_ERROR = "cuda_error"
+    OOM_GPU = "oom_gpu"
+    OOM_HOST = "oom_host"
+    THERMAL_POWER = "thermal_power"
+    SLURM_JOB_FAILURE = "slurm_job_failure"
+    SOFTWARE_EXCEPTION = "software_exception"
+    STRAGGLER = "straggler"
+    ANOMALY = "anomaly"
+
+
+# Categories a rule may carry that never become incidents on their own.
+PROGRESS_CATEGORY = "progress"
+RULE_CATEGORIES = frozenset({c.value for c in Category} | {PROGRESS_CATEGORY})
+
+# Hardware failure domains: an initiating fault here outranks software symptoms.
+HARDWARE_CATEGORIES = frozenset({
+    Category.XID, Category.ECC_MEMORY, Category.NVLINK, Category.PCIE, Category.INFINIBAND_LINK,
+    Category.THERMAL_POWER,
+})
+
+
+class Severity(StrEnum):
+    CRITICAL = "critical"
+    HIGH = "high"
+    MEDIUM = "medium"
+    LOW = "low"
+    INFO = "info"
+
+
+SEVERITY_RANK = {"critical": 4, "high": 3, "medium": 2, "low": 1, "info": 0}
+
+
+class Role(StrEnum):
+    CAUSE = "cause"             # can initiate an incident and be its root cause
+    SYMPTOM = "symptom"         # consequence seen on other ranks/nodes (NCCL timeout, remote exited)
+    BREADCRUMB = "breadcrumb"   # never the root cause when a cause precedes it (XID 45, XID 43, XID 154)
+    PROGRESS = "progress"       # training progress line (step, step time)
+    CLEAR = "clear"             # clears an earlier fault of the same category on the same host
+    INFO = "info"               # worth keeping as evidence, never an incident alone
+
+
+class EngineAction(StrEnum):
+    """What a rule / the XID catalog suggests. Planning turns these into ActionKind proposals."""
+
+    DRAIN_NODE_AND_REQUEUE = "drain_node_and_requeue"
+    RESET_GPU = "reset_gpu"
+    REQUEUE_ONLY = "requeue_only"
+    CANCEL_JOB = "cancel_job"
+    INVESTIGATE = "investigate"
+    NONE_USER_BUG = "none_user_bug"
+    NONE = "none"
+
+
+class ActionKind(StrEnum):
+    DRAIN_NODE = "drain_node"
+    REQUEUE_JOB = "requeue_job"
+    CANCEL_JOB = "cancel_job"
+    RESET_GPU = "reset_gpu"
+    RESUME_NODE = "resume_node"
+    INVESTIGATE = "investigate"
+    NONE = "none"
+
+
+class QuarantineReason(StrEnum):
+    MALFORMED = "malformed"             # not parseable in the declared/detected format
+    INVALID_UTF8 = "invalid_utf8"       # kept (decoded with replacement) AND recorded here
+    OVERSIZED = "oversized"             # line over 1 MiB: cut, recorded here
+    BAD_TIMESTAMP = "bad_timestamp"     # timestamp present but unparseable
+    OUT_OF_ORDER = "out_of_order"       # kept, but earlier than its predecessor in the same file/stream
+    DUPLICATE = "duplicate"             # exact duplicate of an earlier record (same host, time, message)
+
+
+def empty_events() -> pl.DataFrame:
+    return pl.DataFrame(schema=EVENT_SCHEMA)
+
+
+def empty_findings() -> pl.DataFrame:
+    return pl.DataFrame(schema=FINDING_SCHEMA)
+
+
+def empty_quarantine() -> pl.DataFrame:
+    return pl.DataFrame(schema=QUARANTINE_SCHEMA)
+
+
+def conform(df: pl.DataFrame, schema: dict[str, pl.DataType]) -> pl.DataFrame:
+    """Add missing columns as nulls, cast to the schema's types, order columns as the schema."""
+    exprs = []
+    for name, dtype in schema.items():
+        if name in df.columns:
+            exprs.append(pl.col(name).cast(dtype, strict=False).alias(name))
+        else:
+            exprs.append(pl.lit(None, dtype=dtype).alias(name))
+    return df.select(exprs)
+
+
+def check_frame(df: pl.DataFrame, schema: dict[str, pl.DataType], stage: str) -> pl.DataFrame:
+    """Stage-boundary check: exact column names and types, or an InputError naming the stage."""
+    got = dict(df.schema)
+    if list(got) != list(schema) or any(got[k] != v for k, v in schema.items()):
+        diff = {k: (str(got.get(k)), str(v)) for k, v in schema.items() if got.get(k) != v}
+        extra = [k for k in got if k not in schema]
+        raise InputError(f"{stage}: frame does not match the schema", mismatched=diff, extra=extra)
+    return df
+
+
+def check_events(df: pl.DataFrame, stage: str = "events") -> pl.DataFrame:
+    return check_frame(df, EVENT_SCHEMA, stage)
+
+
+def check_findings(df: pl.DataFrame, stage: str = "findings") -> pl.DataFrame:
+    return check_frame(df, FINDING_SCHEMA, stage)

@@ -1,0 +1,66 @@
+"""Time parsing that keeps nanoseconds (Python's datetime and Polars' RFC3339 parser cut to µs)."""
+
+from __future__ import annotations
+
+import time as _time
+
+import polars as pl
+
+from recovery_logs.schema import TIME
+
+_RFC3339 = r"^(\d{4}-\d{2}-\d{2})[T ](\d{2}:\d{2}:\d{2})(?:[.,](\d{1,9}))?\s*(Z|z|[+-]\d{2}:?\d{2})?$"
+
+
+def rfc3339_to_ns_expr(col: pl.Expr) -> pl.Expr:
+    """Vectorised RFC3339 -> Int64 nanoseconds since the epoch (UTC). Null where unparseable.
+
+    No zone means UTC. Fraction digits beyond 9 are not accepted (null).
+    """
+    parts = col.str.strip_chars().str.extract_groups(_RFC3339)
+    date, hms, frac, tz = (parts.struct.field(str(i)) for i in (1, 2, 3, 4))
+    base = pl.concat_str([date, pl.lit(" "), hms]).str.strptime(pl.Datetime("us"), "%Y-%m-%d %H:%M:%S", strict=False)
+    frac_ns = pl.when(frac.is_null()).then(pl.lit(0, pl.Int64)).otherwise(
+        frac.str.pad_end(9, "0").cast(pl.Int64, strict=False))
+    tzn = tz.str.replace(":", "")
+    sign = pl.when(tzn.str.starts_with("-")).then(-1).otherwise(1)
+    off_min = pl.when(tzn.is_null() | tzn.str.to_uppercase().eq("Z")).then(0).otherwise(
+        sign * (tzn.str.slice(1, 2).cast(pl.Int64, strict=False) * 60 + tzn.str.slice(3, 2).cast(pl.Int64, strict=False)))
+    return base.dt.epoch("ns") + frac_ns - off_min * 60_000_000_000
+
+
+def rfc3339_to_time_expr(col: pl.Expr) -> pl.Expr:
+    return rfc3339_to_ns_expr(col).cast(pl.Datetime("ns")).dt.replace_time_zone("UTC").cast(TIME)
+
+
+def iso_to_ns(s: str) -> int:
+    v = pl.select(rfc3339_to_ns_expr(pl.lit(s))).item()
+    if v is None:
+        raise ValueError(f"not an RFC3339 time: {s!r}")
+    return int(v)
+
+
+def ns_to_iso(ns: int | None) -> str | None:
+    """Integer nanoseconds since the epoch -> RFC3339 UTC with 9 fraction digits."""
+    if ns is None:
+        return None
+    sec, frac = divmod(int(ns), 1_000_000_000)
+    t = _time.gmtime(sec)
+    return (f"{t.tm_year:04d}-{t.tm_mon:02d}-{t.tm_mday:02d}T{t.tm_hour:02d}:{t.tm_min:02d}:"
+            f"{t.tm_sec:02d}.{frac:09d}Z")
+
+
+def time_to_ns(v) -> int | None:
+    """A Polars/py datetime value (tz-aware UTC) -> ns int."""
+    if v is None:
+        return None
+    return int(pl.Series([v], dtype=TIME).dt.epoch("ns")[0])
+
+
+def parse_duration_s(text: str) -> float:
+    """'90', '90s', '10m', '2h', '1d', '500ms' -> seconds."""
+    t = text.strip().lower()
+    units = (("ms", 0.001), ("s", 1.0), ("m", 60.0), ("h", 3600.0), ("d", 86400.0))
+    for suffix, mult in units:
+        if t.endswith(suffix) and t[: -len(suffix)].replace(".", "", 1).isdigit():
+            return float(t[: -len(suffix)]) * mult
+    return float(t)
