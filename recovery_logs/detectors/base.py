@@ -17,6 +17,7 @@ Synthetic findings carry ``rule_id="detector.<name>"``, ``file="detector"``, ``l
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
@@ -47,4 +48,42 @@ class Detector(Protocol):
         ...
 
 
-__all__ = ["DetectContext", "Detector"]
+
+
+def synthetic_findings(name: str, rows: list[dict]) -> pl.DataFrame:
+    """Build detector findings (FINDING_SCHEMA) from row dicts.
+
+    Each row needs ``time_ns`` (int, event time at which a live run would emit it), ``message``,
+    ``category``, ``severity``, ``role``, ``action``; optional ``host``, ``job_id``, ``step``,
+    ``rank``, ``detail`` (dict, stored as sorted JSON), ``source``. Rows are returned sorted by
+    (time, job_id, host, message) so the output never depends on dict/group iteration order.
+    """
+    from recovery_logs.schema import FINDING_SCHEMA, conform, empty_findings
+
+    if not rows:
+        return empty_findings()
+    recs = []
+    for r in rows:
+        detail = r.get("detail")
+        recs.append({
+            "time": int(r["time_ns"]), "time_inferred": False, "host": r.get("host"), "job_id": r.get("job_id"),
+            "source": r.get("source", "other"), "file": "detector", "line": 0, "seq": None,
+            "stream_id": None, "rank": r.get("rank"), "message": r["message"],
+            "rule_id": f"detector.{name}", "rule_version": 1, "category": r["category"],
+            "severity": r["severity"], "role": r["role"], "action": r["action"], "step": r.get("step"),
+            "gpu": r.get("gpu"),
+            "detail": None if detail is None else json.dumps(detail, sort_keys=True, default=str),
+        })
+    df = pl.DataFrame(recs, schema_overrides={"time": pl.Int64, "seq": pl.Int64, "step": pl.Int64,
+                                              "rank": pl.Int32, "gpu": pl.Int32})
+    df = df.with_columns(pl.col("time").cast(pl.Datetime("ns")).dt.replace_time_zone("UTC"))
+    df = conform(df, FINDING_SCHEMA)
+    return df.sort(["time", "job_id", "host", "message"], nulls_last=True)
+
+
+def upto(findings: pl.DataFrame, watermark_ns: int) -> pl.DataFrame:
+    """Rows with a known event time at or before the watermark."""
+    return findings.filter(pl.col("time").is_not_null() & (pl.col("time").dt.epoch("ns") <= watermark_ns))
+
+
+__all__ = ["DetectContext", "Detector", "synthetic_findings", "upto"]

@@ -1,0 +1,164 @@
+"""Silent-hang detector: a running job that has stopped making progress.
+
+Each job's progress cadence is learnt from its ``progress`` findings (one *tick* per training
+step: the earliest line that reports that step; lines without a step count each as a tick). At
+every tick the threshold is ``max(min_silence_s, factor × median interval)`` over the last
+``cadence_window`` intervals — only past data, so the threshold a live run uses is the one
+replay uses. When no further tick arrives within the threshold, a hang finding is emitted at
+``last tick + threshold`` (the event time at which a live run fires), provided
+
+* that time is at or before ``ctx.watermark_ns``;
+* the job did not visibly end or fail in between: no ``cause``/``symptom`` finding and no
+  ``slurm_job_failure`` finding of the job in ``(last tick, fire time]`` — those are covered by
+  their own rules — unless ``ctx.job_states[job] == "RUNNING"``;
+* the job is not known to have ``COMPLETED`` (for its final silence only).
+
+Output is monotone in the watermark: a finding, once emitted, never changes or disappears, and
+it does not depend on how findings were split into batches. Jobs without enough progress lines
+are skipped and the reason is logged at DEBUG.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+
+import polars as pl
+
+from recovery_logs.detectors.base import DetectContext, synthetic_findings, upto
+from recovery_logs.schema import empty_findings
+from recovery_logs.timeutil import ns_to_iso
+
+log = logging.getLogger(__name__)
+
+NCCL_WATCHDOG_S = 600.0
+_NS = 1_000_000_000
+
+
+def _own_input(findings: pl.DataFrame) -> pl.DataFrame:
+    """Rule findings only: never feed a detector its own (or another detector's) output."""
+    return findings.filter(~pl.col("rule_id").fill_null("").str.starts_with("detector."))
+
+
+def progress_ticks(progress: pl.DataFrame) -> pl.DataFrame:
+    """Progress findings -> one row per job tick: job_id, t (ns), step, host (of the first line)."""
+    p = progress.with_columns(pl.col("time").dt.epoch("ns").alias("t"))
+    with_step = (p.filter(pl.col("step").is_not_null())
+                 .sort(["t", "seq"], nulls_last=True)
+                 .group_by(["job_id", "step"], maintain_order=True)
+                 .agg(pl.col("t").first(), pl.col("host").first()))
+    no_step = p.filter(pl.col("step").is_null()).select("job_id", "step", "t", "host")
+    ticks = pl.concat([with_step.select("job_id", "step", "t", "host"), no_step])
+    return ticks.unique(["job_id", "t"], keep="first").sort(["job_id", "t", "step"], nulls_last=True)
+
+
+@dataclass(frozen=True)
+class HangDetector:
+    """Flags ``nccl_timeout_hang`` when a running job's progress lines stop.
+
+    ``min_silence_s``: floor of the threshold (60 s); ``factor``: multiple of the median
+    progress interval (5); ``cadence_window``: intervals the median looks back over;
+    ``min_ticks``: progress ticks needed before a job's cadence is trusted (3).
+    """
+
+    min_silence_s: float = 60.0
+    factor: float = 5.0
+    cadence_window: int = 64
+    min_ticks: int = 3
+    watchdog_s: float = NCCL_WATCHDOG_S
+    name: str = "hang"
+
+    def gaps(self, findings: pl.DataFrame, ctx: DetectContext) -> pl.DataFrame:
+        """Every silence that qualifies as a hang up to the watermark (one row per gap)."""
+        f = _own_input(upto(findings, ctx.watermark_ns)).filter(pl.col("job_id").is_not_null())
+        prog = f.filter(pl.col("role") == "progress")
+        ticks = progress_ticks(prog)
+        self._log_quiet_jobs(f, ticks)
+        w = ctx.watermark_ns
+        g = (ticks.with_columns(
+                (pl.col("t").diff().over("job_id") / _NS).alias("interval_s"),
+                pl.col("t").shift(-1).over("job_id").alias("next_t"),
+                pl.int_range(1, pl.len() + 1).over("job_id").alias("n_ticks"))
+             .with_columns(pl.col("interval_s").rolling_median(self.cadence_window, min_samples=1)
+                           .over("job_id").alias("median_s"))
+             .with_columns(pl.max_horizontal(pl.lit(self.min_silence_s), self.factor * pl.col("median_s"))
+                           .alias("threshold_s"))
+             .with_columns((pl.col("t") + (pl.col("threshold_s") * _NS).round().cast(pl.Int64)).alias("fire_t"))
+             .filter((pl.col("n_ticks") >= self.min_ticks) & (pl.col("fire_t") <= w)
+                     & (pl.col("next_t").is_null() | (pl.col("next_t") > pl.col("fire_t")))))
+        if g.is_empty():
+            return g
+        ends = (f.filter(pl.col("role").is_in(["cause", "symptom"]) | (pl.col("category") == "slurm_job_failure"))
+                .select("job_id", pl.col("time").dt.epoch("ns").alias("end_t")).sort("end_t"))
+        g = g.sort("t").join_asof(ends, left_on="t", right_on="end_t", by="job_id", strategy="forward",
+                                  allow_exact_matches=False, check_sortedness=False)
+        states = ctx.job_states or {}
+        running = [j for j, s in states.items() if str(s).upper() == "RUNNING"]
+        completed = [j for j, s in states.items() if str(s).upper() == "COMPLETED"]
+        ended = pl.col("end_t").is_not_null() & (pl.col("end_t") <= pl.col("fire_t"))
+        g = g.filter(~(ended & ~pl.col("job_id").is_in(running)))
+        g = g.filter(~(pl.col("job_id").is_in(completed) & pl.col("next_t").is_null()))
+        return g.sort(["job_id", "t"])
+
+    def detect(self, findings: pl.DataFrame, windows: pl.DataFrame, ctx: DetectContext) -> pl.DataFrame:
+        g = self.gaps(findings, ctx)
+        if g.is_empty():
+            return empty_findings()
+        prog = _own_input(upto(findings, ctx.watermark_ns)).filter(
+            (pl.col("role") == "progress") & pl.col("job_id").is_not_null())
+        rows = []
+        for r in g.iter_rows(named=True):
+            suspect = self._suspect_host(prog, r["job_id"], r["fire_t"])
+            lead = self.watchdog_s - r["threshold_s"]
+            step = "?" if r["step"] is None else r["step"]
+            where = f"; last progress on every host stopped at step {step}" if suspect is None else (
+                f"; {suspect} stopped reporting steps before the other hosts")
+            msg = (f"no progress for {r['threshold_s']:.0f} s (threshold {r['threshold_s']:.0f} s = "
+                   f"max({self.min_silence_s:.0f} s, {self.factor:g} x median interval {r['median_s']:.2f} s)); "
+                   f"last step {step} at {ns_to_iso(r['t'])} on {r['host']}{where}; flagged {lead:.0f} s "
+                   f"before the {self.watchdog_s:.0f} s NCCL watchdog would fire")
+            rows.append({
+                "time_ns": r["fire_t"], "host": suspect, "job_id": r["job_id"], "step": r["step"],
+                "category": "nccl_timeout_hang", "severity": "high", "role": "cause", "action": "requeue_only",
+                "source": "job", "message": msg,
+                "detail": {"last_progress": ns_to_iso(r["t"]), "last_progress_host": r["host"],
+                           "threshold_s": round(r["threshold_s"], 3), "median_interval_s": round(r["median_s"], 3),
+                           "lead_over_watchdog_s": round(lead, 3), "suspect_host": suspect},
+            })
+        return synthetic_findings(self.name, rows)
+
+    @staticmethod
+    def _suspect_host(prog: pl.DataFrame, job_id: str, fire_t: int) -> str | None:
+        """The one host whose last reported step is lower than every other host's, if any."""
+        last = (prog.filter((pl.col("job_id") == job_id) & pl.col("host").is_not_null()
+                            & pl.col("step").is_not_null() & (pl.col("time").dt.epoch("ns") <= fire_t))
+                .group_by("host").agg(pl.col("step").max().alias("last_step")).sort("last_step", "host"))
+        if last.height < 2:
+            return None
+        steps = last["last_step"].to_list()
+        if steps[0] < steps[1]:
+            return last["host"][0]
+        return None
+
+    def _log_quiet_jobs(self, f: pl.DataFrame, ticks: pl.DataFrame) -> None:
+        if not log.isEnabledFor(logging.DEBUG):
+            return
+        counts = dict(ticks.group_by("job_id").len().iter_rows())
+        for job in sorted(set(f["job_id"].drop_nulls().to_list())):
+            n = counts.get(job, 0)
+            if n == 0:
+                log.debug("hang detector: job %s has no progress lines; hang detection is off for it", job)
+            elif n < self.min_ticks:
+                log.debug("hang detector: job %s has %d progress ticks (< %d needed to learn its cadence)",
+                          job, n, self.min_ticks)
+
+
+def lead_times(hang_findings: pl.DataFrame) -> pl.DataFrame:
+    """Per hang finding: job_id, host, time, lead over the NCCL watchdog (s) from its detail."""
+    h = hang_findings.filter(pl.col("rule_id") == "detector.hang")
+    return h.select("job_id", "host", "time",
+                    pl.col("detail").str.json_path_match("$.lead_over_watchdog_s").cast(pl.Float64)
+                    .alias("lead_over_watchdog_s"))
+
+
+__all__ = ["NCCL_WATCHDOG_S", "HangDetector", "lead_times", "progress_ticks"]
