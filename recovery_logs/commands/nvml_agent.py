@@ -1,0 +1,73 @@
+"""`recovery-logs nvml-agent`: GPU health events from NVML, to VictoriaLogs or stdout."""
+
+from __future__ import annotations
+
+import json
+import socket
+from collections.abc import Callable
+from typing import Annotated, Any
+
+import polars as pl
+import typer
+
+from recovery_logs.errors import ConfigError
+
+
+def _victorialogs_sink(to: str) -> Callable[[pl.DataFrame], None]:
+    """Sink that inserts VictoriaLogs rows through the VictoriaLogs client (imported lazily)."""
+    try:
+        from recovery_logs.sources.victorialogs import VictoriaLogsClient, parse_url
+    except ImportError as exc:
+        raise ConfigError("nvml-agent: --to victorialogs:// needs recovery_logs.sources.victorialogs, "
+                          "which is not available in this build", to=to) from exc
+    from recovery_logs.sources.nvml import NvmlAgent
+
+    parsed: Any = parse_url(to)
+    base_url = parsed if isinstance(parsed, str) else getattr(parsed, "base_url", None)
+    if base_url is None and isinstance(parsed, tuple) and parsed:
+        base_url = parsed[0]
+    if not isinstance(base_url, str):
+        raise ConfigError("nvml-agent: cannot get a base URL from --to", to=to, parsed=parsed)
+    client = VictoriaLogsClient(base_url)
+
+    def sink(events: pl.DataFrame) -> None:
+        client.insert_jsonline(NvmlAgent.vl_rows(events))
+
+    return sink
+
+
+def _stdout_sink(events: pl.DataFrame) -> None:
+    from recovery_logs.sources.nvml import NvmlAgent
+
+    for row in NvmlAgent.vl_rows(events):
+        typer.echo(json.dumps(row, sort_keys=True))
+
+
+def register(app: typer.Typer) -> None:
+    @app.command("nvml-agent")
+    def nvml_agent(
+        to: Annotated[str, typer.Option("--to", help="victorialogs://HOST:PORT or stdout")] = "stdout",
+        interval: Annotated[str, typer.Option("--interval", help="poll interval, e.g. 10s, 1m")] = "10s",
+        once: Annotated[bool, typer.Option("--once", help="poll once, drain queued XID events, exit")] = False,
+        host: Annotated[str | None, typer.Option("--host", help="node name (default: short hostname)")] = None,
+    ) -> None:
+        """Read GPU health from NVML (XID events, ECC, row remap, throttling, NVLink, ...) and emit
+        change-only events. Exit 9 when this host has no NVML (no driver or no GPU)."""
+        from recovery_logs.sources.nvml import NvmlAgent, load_nvml
+        from recovery_logs.timeutil import parse_duration_s
+
+        try:
+            interval_s = parse_duration_s(interval)
+        except ValueError as exc:
+            raise ConfigError("nvml-agent: --interval is not a duration", interval=interval) from exc
+        if interval_s <= 0:
+            raise ConfigError("nvml-agent: --interval must be positive", interval=interval)
+        if to == "stdout":
+            sink = _stdout_sink
+        elif to.startswith("victorialogs://"):
+            sink = _victorialogs_sink(to)
+        else:
+            raise ConfigError("nvml-agent: --to must be stdout or victorialogs://HOST:PORT", to=to)
+        node = host or socket.gethostname().split(".")[0]
+        with NvmlAgent(load_nvml(), host=node) as agent:
+            agent.run(sink, interval_s, stop_after=1 if once else None)

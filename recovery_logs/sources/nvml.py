@@ -1,0 +1,516 @@
+"""NVML agent: GPU health straight from the driver, as events in ``schema.EVENT_SCHEMA``.
+
+Runs on each GPU node. It reads NVML through NVIDIA's official bindings (package
+``nvidia-ml-py``, module ``pynvml``) -- or through any object with the same function and
+constant names, which is how the tests drive it -- and turns what it reads into events:
+
+* XID critical errors, pushed by the driver through an NVML event set (``wait_xid``);
+* polled state (``poll_once``): ECC counters, row remapping, retired pages, clock event
+  (throttle) reasons, temperature, power, NVLink state and error counters, the PCIe replay
+  counter and the GPU recovery action the driver asks for.
+
+Every event has ``source="nvml"``, ``file="nvml"``, ``line=0`` and a stable key=value message
+that ``rules/nvml.toml`` matches::
+
+    NVML gpu=3 uuid=GPU-8f1e... pci=0000:cb:00.0 remapped_rows pending=1 failure=0 correctable=2 uncorrectable=1
+    NVML gpu=3 uuid=GPU-8f1e... pci=0000:cb:00.0 xid=79
+
+Contract:
+
+* **Change-only.** A polled reading is emitted the first time it is read and then only when
+  it changes (temperature and power: when their level changes or they move by a step), never
+  on every unchanged poll. XID events are emitted as they arrive.
+* **A GPU that stops answering is an event.** ``NVMLError_GpuIsLost``, ``_Unknown`` or
+  ``_ResetRequired`` from one device yields one ``gpu_lost`` event (not one per poll); when it
+  answers again a ``gpu_answering`` event follows. Other devices keep being read.
+* **Unsupported is not an error.** A reading the GPU does not support (``NotSupported``,
+  ``NoPermission``, ``FunctionNotFound``, ``InvalidArgument``) is skipped from then on and listed
+  in ``NvmlAgent.unsupported``. Any other NVML error on a reading becomes a ``read_error``
+  event (change-only) and the poll goes on.
+* **No NVML, no GPU** raises ``NVMLUnavailable`` (CLI exit 9) with the reason; never a traceback.
+* **Blocking.** ``poll_once`` does not block beyond the NVML calls; ``wait_xid(timeout_ms)``
+  blocks up to ``timeout_ms``; ``run`` blocks until ``stop_after`` cycles (or forever).
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import polars as pl
+
+from recovery_logs.errors import NVMLUnavailable
+from recovery_logs.schema import EVENT_SCHEMA, TIME, SourceKind, check_events, conform
+from recovery_logs.timeutil import ns_to_iso
+
+__all__ = ["NvmlAgent", "NvmlThresholds", "RECOVERY_ACTIONS", "load_nvml", "parse_identity"]
+
+# NVML return codes (nvml.h; the same values as pynvml.NVML_ERROR_*).
+_ERR_INVALID_ARGUMENT, _ERR_NOT_SUPPORTED, _ERR_NO_PERMISSION = 2, 3, 4
+_ERR_TIMEOUT, _ERR_FUNCTION_NOT_FOUND = 10, 13
+_ERR_GPU_IS_LOST, _ERR_RESET_REQUIRED, _ERR_UNKNOWN = 15, 16, 999
+_UNSUPPORTED = frozenset({_ERR_INVALID_ARGUMENT, _ERR_NOT_SUPPORTED, _ERR_NO_PERMISSION, _ERR_FUNCTION_NOT_FOUND})
+_LOST = frozenset({_ERR_GPU_IS_LOST, _ERR_RESET_REQUIRED, _ERR_UNKNOWN})
+
+# nvmlDeviceGpuRecoveryAction_t
+RECOVERY_ACTIONS = {0: "none", 1: "gpu_reset", 2: "node_reboot", 3: "drain_p2p", 4: "drain_p2p_and_reset",
+                    5: "recover_imex", 6: "pcie_bus_reset", 7: "system_reboot"}
+_FI_GPU_RECOVERY_ACTION = 230  # NVML_FI_DEV_GET_GPU_RECOVERY_ACTION
+
+# nvmlClocksEventReason* bits that explain a slow GPU (idle, app clocks, sync boost and
+# SW power cap are routine and are shown in the mask but never trigger an event).
+_REASONS = {0x8: "hw_slowdown", 0x20: "sw_thermal_slowdown", 0x40: "hw_thermal_slowdown",
+            0x80: "hw_power_brake_slowdown"}
+
+# NVLink error counters (nvmlNvLinkErrorCounter_t).
+_NVLINK_COUNTERS = (("replay", 0), ("recovery", 1), ("crc_flit", 2), ("crc_data", 3))
+
+_ID_RE = re.compile(r"^NVML gpu=(?P<gpu>\S+) uuid=(?P<uuid>\S+) pci=(?P<pci>\S+) ")
+
+
+@dataclass(frozen=True)
+class NvmlThresholds:
+    """When temperature and power readings count as a change worth an event."""
+
+    temp_high_c: int = 85          # level "high" at or above
+    temp_critical_c: int = 90      # level "critical" at or above when NVML has no slowdown threshold
+    temp_step_c: int = 5           # also emit when it moved this far since the last event
+    power_step_w: float = 100.0    # emit when power moved this far since the last event
+    power_limit_frac: float = 0.95  # level "at_limit" at or above this share of the enforced limit
+    max_nvlinks: int = 18          # links probed per GPU (NVML_NVLINK_MAX_LINKS is 18..36 by version)
+
+
+def load_nvml() -> Any:
+    """Import pynvml, or raise NVMLUnavailable saying how to get it."""
+    try:
+        import pynvml
+    except ImportError as exc:
+        raise NVMLUnavailable("nvml: the NVIDIA bindings are not installed (pip install 'recovery-logs[nvml]'"
+                              " or pip install nvidia-ml-py)") from exc
+    return pynvml
+
+
+def parse_identity(message: str) -> dict[str, str] | None:
+    """``{"gpu", "uuid", "pci"}`` from an agent message, or None when it is not one."""
+    m = _ID_RE.match(message)
+    return m.groupdict() if m else None
+
+
+def _pci(bus_id: Any) -> str:
+    """'00000000:CB:00.0' (NVML) -> '0000:cb:00.0' (the kernel's spelling)."""
+    s = bus_id.decode(errors="replace") if isinstance(bus_id, bytes) else str(bus_id)
+    s = s.strip().lower()
+    dom, sep, rest = s.partition(":")
+    if sep and len(dom) == 8 and dom.startswith("0000"):
+        s = f"{dom[4:]}:{rest}"
+    return s or "unknown"
+
+
+def _err_name(exc: BaseException) -> str:
+    return type(exc).__name__.removeprefix("NVMLError_") or "NVMLError"
+
+
+@dataclass
+class _Device:
+    index: int
+    handle: Any = None
+    uuid: str = "unknown"
+    pci: str = "unknown"
+    lost: bool = False
+    lost_error: BaseException | None = None
+
+    @property
+    def prefix(self) -> str:
+        return f"NVML gpu={self.index} uuid={self.uuid} pci={self.pci}"
+
+
+class NvmlAgent:
+    """Reads NVML on one node and emits change-only events.
+
+    ``nvml`` is ``pynvml`` or an object with the same names; ``clock`` returns epoch seconds;
+    ``sleep`` is used by ``wait_xid`` when the platform has no XID event support. The
+    constructor initialises NVML (``nvmlInit``) and opens the event set; ``close()`` releases
+    both (the agent is also a context manager).
+    """
+
+    def __init__(self, nvml: Any = None, host: str = "localhost", clock: Callable[[], float] = time.time, *,
+                 sleep: Callable[[float], None] = time.sleep, thresholds: NvmlThresholds | None = None) -> None:
+        self.nvml = load_nvml() if nvml is None else nvml
+        self.host = host
+        self.clock = clock
+        self.sleep = sleep
+        self.thresholds = thresholds or NvmlThresholds()
+        self.unsupported: dict[int, set[str]] = {}
+        self.xid_supported: dict[int, bool] = {}
+        self._last: dict[tuple[int, str], Any] = {}
+        self._seq = 0
+        self._event_set: Any = None
+        self._init()
+
+    # ----- lifecycle -------------------------------------------------------------------------
+    def _nvml_error(self) -> type[BaseException]:
+        return getattr(self.nvml, "NVMLError", Exception)
+
+    def _init(self) -> None:
+        err = self._nvml_error()
+        try:
+            self.nvml.nvmlInit()
+        except err as exc:
+            raise NVMLUnavailable(f"nvml: cannot initialise NVML on this host ({exc}); is the NVIDIA driver "
+                                  "installed and loaded?", host=self.host, error=_err_name(exc)) from exc
+        try:
+            count = int(self.nvml.nvmlDeviceGetCount())
+        except err as exc:
+            self._shutdown()
+            raise NVMLUnavailable(f"nvml: cannot count GPUs ({exc})", host=self.host,
+                                  error=_err_name(exc)) from exc
+        if count == 0:
+            self._shutdown()
+            raise NVMLUnavailable("nvml: NVML is loaded but reports no GPUs on this host", host=self.host)
+        self.devices = [_Device(i) for i in range(count)]
+        for dev in self.devices:
+            self._open(dev)
+        self._open_event_set()
+
+    def _open(self, dev: _Device) -> bool:
+        """Get the handle, UUID and PCI id of one device. False when it does not answer."""
+        try:
+            if dev.handle is None:
+                dev.handle = self.nvml.nvmlDeviceGetHandleByIndex(dev.index)
+            if dev.uuid == "unknown":
+                dev.uuid = str(self.nvml.nvmlDeviceGetUUID(dev.handle))
+            if dev.pci == "unknown":
+                dev.pci = _pci(self.nvml.nvmlDeviceGetPciInfo(dev.handle).busId)
+        except self._nvml_error() as exc:
+            dev.lost_error = exc
+            return False
+        return True
+
+    def _open_event_set(self) -> None:
+        err = self._nvml_error()
+        xid_type = getattr(self.nvml, "nvmlEventTypeXidCriticalError", 0x8)
+        try:
+            self._event_set = self.nvml.nvmlEventSetCreate()
+        except err:
+            self._event_set = None
+            return
+        for dev in self.devices:
+            if dev.handle is None:
+                self.xid_supported[dev.index] = False
+                continue
+            try:
+                self.nvml.nvmlDeviceRegisterEvents(dev.handle, xid_type, self._event_set)
+                self.xid_supported[dev.index] = True
+            except err:
+                self.xid_supported[dev.index] = False
+
+    def _shutdown(self) -> None:
+        try:
+            self.nvml.nvmlShutdown()
+        except self._nvml_error():
+            pass
+
+    def close(self) -> None:
+        if self._event_set is not None:
+            try:
+                self.nvml.nvmlEventSetFree(self._event_set)
+            except self._nvml_error():
+                pass
+            self._event_set = None
+        self._shutdown()
+
+    def __enter__(self) -> NvmlAgent:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # ----- readers: each returns a dict of raw values (or raises the NVML error) -------------
+    def _read_ecc(self, h: Any) -> dict[str, Any]:
+        n = self.nvml
+        get = n.nvmlDeviceGetTotalEccErrors
+        corr, unc = n.NVML_MEMORY_ERROR_TYPE_CORRECTED, n.NVML_MEMORY_ERROR_TYPE_UNCORRECTED
+        vol, agg = n.NVML_VOLATILE_ECC, n.NVML_AGGREGATE_ECC
+        return {"volatile_corrected": int(get(h, corr, vol)), "volatile_uncorrected": int(get(h, unc, vol)),
+                "aggregate_corrected": int(get(h, corr, agg)), "aggregate_uncorrected": int(get(h, unc, agg))}
+
+    def _read_remapped_rows(self, h: Any) -> dict[str, Any]:
+        corr, unc, pending, failure = self.nvml.nvmlDeviceGetRemappedRows(h)
+        return {"pending": int(bool(pending)), "failure": int(bool(failure)), "correctable": int(corr),
+                "uncorrectable": int(unc)}
+
+    def _read_retired_pages(self, h: Any) -> dict[str, Any]:
+        n = self.nvml
+        sbe = len(n.nvmlDeviceGetRetiredPages(h, n.NVML_PAGE_RETIREMENT_CAUSE_MULTIPLE_SINGLE_BIT_ECC_ERRORS))
+        dbe = len(n.nvmlDeviceGetRetiredPages(h, n.NVML_PAGE_RETIREMENT_CAUSE_DOUBLE_BIT_ECC_ERROR))
+        pending = int(n.nvmlDeviceGetRetiredPagesPendingStatus(h))
+        return {"sbe": sbe, "dbe": dbe, "pending": pending}
+
+    def _read_clock_events(self, h: Any) -> dict[str, Any]:
+        n = self.nvml
+        fn = getattr(n, "nvmlDeviceGetCurrentClocksEventReasons", None)
+        try:
+            if fn is None:
+                raise AttributeError
+            mask = int(fn(h))
+        except (AttributeError, self._nvml_error()) as exc:  # older driver: the deprecated name
+            if not isinstance(exc, AttributeError) and getattr(exc, "value", None) not in _UNSUPPORTED:
+                raise
+            mask = int(n.nvmlDeviceGetCurrentClocksThrottleReasons(h))
+        active = [name for bit, name in _REASONS.items() if mask & bit]
+        return {"active": ",".join(active) or "none", "mask": f"0x{mask:08x}"}
+
+    def _read_temperature(self, h: Any) -> dict[str, Any]:
+        n = self.nvml
+        t = int(n.nvmlDeviceGetTemperature(h, n.NVML_TEMPERATURE_GPU))
+        try:
+            slowdown = int(n.nvmlDeviceGetTemperatureThreshold(h, n.NVML_TEMPERATURE_THRESHOLD_SLOWDOWN))
+        except (AttributeError, self._nvml_error()) as exc:
+            if getattr(exc, "value", None) in _LOST:
+                raise
+            slowdown = 0
+        th = self.thresholds
+        crit = slowdown or th.temp_critical_c
+        level = "critical" if t >= crit else "high" if t >= th.temp_high_c else "normal"
+        return {"celsius": t, "level": level, "slowdown_c": slowdown or None}
+
+    def _read_power(self, h: Any) -> dict[str, Any]:
+        n = self.nvml
+        watts = round(int(n.nvmlDeviceGetPowerUsage(h)) / 1000.0, 1)
+        try:
+            limit = round(int(n.nvmlDeviceGetEnforcedPowerLimit(h)) / 1000.0, 1)
+        except (AttributeError, self._nvml_error()) as exc:
+            if getattr(exc, "value", None) in _LOST:
+                raise
+            limit = None
+        level = "at_limit" if limit and watts >= self.thresholds.power_limit_frac * limit else "normal"
+        return {"watts": watts, "limit_w": limit, "level": level}
+
+    def _read_pcie(self, h: Any) -> dict[str, Any]:
+        return {"replay_count": int(self.nvml.nvmlDeviceGetPcieReplayCounter(h))}
+
+    def _read_recovery_action(self, h: Any) -> dict[str, Any]:
+        n = self.nvml
+        fid = getattr(n, "NVML_FI_DEV_GET_GPU_RECOVERY_ACTION", _FI_GPU_RECOVERY_ACTION)
+        fv = n.nvmlDeviceGetFieldValues(h, [fid])[0]
+        ret = int(getattr(fv, "nvmlReturn", 0))
+        if ret != 0:
+            raise n.NVMLError(ret)
+        val = fv.value
+        vtype = int(getattr(fv, "valueType", 1))
+        attr = {0: "dVal", 1: "uiVal", 2: "ulVal", 3: "ullVal", 4: "sllVal", 5: "siVal", 6: "usVal"}.get(vtype, "uiVal")
+        v = int(getattr(val, attr))
+        return {"value": v, "name": RECOVERY_ACTIONS.get(v, "unknown")}
+
+    def _read_nvlinks(self, h: Any) -> dict[int, dict[str, Any]]:
+        n, err = self.nvml, self._nvml_error()
+        links: dict[int, dict[str, Any]] = {}
+        for link in range(self.thresholds.max_nvlinks):
+            try:
+                state = int(n.nvmlDeviceGetNvLinkState(h, link))
+            except err as exc:
+                if getattr(exc, "value", None) in _UNSUPPORTED:
+                    continue
+                raise
+            row: dict[str, Any] = {"state": "active" if state else "inactive"}
+            for name, counter in _NVLINK_COUNTERS:
+                try:
+                    row[name] = int(n.nvmlDeviceGetNvLinkErrorCounter(h, link, counter))
+                except err as exc:
+                    if getattr(exc, "value", None) not in _UNSUPPORTED:
+                        raise
+            links[link] = row
+        if not links:
+            raise n.NVMLError(_ERR_NOT_SUPPORTED)
+        return links
+
+    _TOPICS = ("ecc", "remapped_rows", "retired_pages", "clock_events", "temperature", "power", "pcie",
+               "recovery_action", "nvlink")
+
+    def _reader(self, topic: str) -> Callable[[Any], Any]:
+        return getattr(self, "_read_nvlinks" if topic == "nvlink" else f"_read_{topic}")
+
+    def read_device(self, index: int) -> dict[str, Any]:
+        """Everything NVML answers for one GPU, raw (for ``scripts/nvml_check.py``).
+
+        Values are the readers' dicts; a reading that failed shows as ``{"error": name}``.
+        """
+        dev = self.devices[index]
+        out: dict[str, Any] = {"gpu": dev.index, "uuid": dev.uuid, "pci": dev.pci}
+        if not self._open(dev):
+            out["error"] = _err_name(dev.lost_error) if dev.lost_error else "unknown"
+            return out
+        for topic in self._TOPICS:
+            try:
+                out[topic] = self._reader(topic)(dev.handle)
+            except self._nvml_error() as exc:
+                out[topic] = {"error": _err_name(exc)}
+        return out
+
+    # ----- change detection and messages -----------------------------------------------------
+    def _changed(self, dev: _Device, topic: str, reading: dict[str, Any]) -> bool:
+        key = (dev.index, topic)
+        prev = self._last.get(key)
+        th = self.thresholds
+        if topic == "temperature":
+            new = prev is None or prev["level"] != reading["level"] or \
+                abs(prev["celsius"] - reading["celsius"]) >= th.temp_step_c
+        elif topic == "power":
+            new = prev is None or prev["level"] != reading["level"] or \
+                abs(prev["watts"] - reading["watts"]) >= th.power_step_w
+        elif topic == "clock_events":
+            new = prev is None or prev["active"] != reading["active"]
+        else:
+            new = prev != reading
+        if new:
+            self._last[key] = reading
+        return new
+
+    @staticmethod
+    def _body(topic: str, reading: dict[str, Any]) -> str:
+        return " ".join([topic] + [f"{k}={v}" for k, v in reading.items() if v is not None])
+
+    def _poll_device(self, dev: _Device, out: list[str]) -> None:
+        err = self._nvml_error()
+        was_lost = dev.lost
+        if not self._open(dev):
+            self._mark_lost(dev, dev.lost_error, "identity", out)
+            return
+        skip = self.unsupported.setdefault(dev.index, set())
+        answered = False
+        for topic in self._TOPICS:
+            if topic in skip:
+                continue
+            try:
+                reading = self._reader(topic)(dev.handle)
+            except err as exc:
+                code = getattr(exc, "value", None)
+                if code in _LOST:
+                    self._mark_lost(dev, exc, topic, out)
+                    return
+                if code in _UNSUPPORTED:
+                    skip.add(topic)
+                    continue
+                if self._changed(dev, f"read_error:{topic}", {"error": _err_name(exc)}):
+                    out.append(f"{dev.prefix} read_error reading={topic} error={_err_name(exc)}")
+                continue
+            if not answered and was_lost:
+                dev.lost = False
+                out.append(f"{dev.prefix} gpu_answering")
+            answered = True
+            self._last.pop((dev.index, f"read_error:{topic}"), None)
+            if topic == "nvlink":
+                self._emit_links(dev, reading, out)
+            elif self._changed(dev, topic, reading):
+                out.append(f"{dev.prefix} {self._body(topic, reading)}")
+
+    def _emit_links(self, dev: _Device, links: dict[int, dict[str, Any]], out: list[str]) -> None:
+        for link, row in links.items():
+            prev = self._last.get((dev.index, f"nvlink:{link}"))
+            if self._changed(dev, f"nvlink:{link}", row):
+                body = self._body(f"nvlink link={link}", row)
+                if prev is not None and prev["state"] != row["state"]:
+                    body += f" was={prev['state']}"
+                out.append(f"{dev.prefix} {body}")
+
+    def _mark_lost(self, dev: _Device, exc: BaseException | None, reading: str, out: list[str]) -> None:
+        if not dev.lost:
+            dev.lost = True
+            name = _err_name(exc) if exc is not None else "unknown"
+            out.append(f"{dev.prefix} gpu_lost error={name} reading={reading}")
+
+    # ----- public API --------------------------------------------------------------------------
+    def poll_once(self) -> pl.DataFrame:
+        """Read every GPU once; return the events for readings that changed (EVENT_SCHEMA)."""
+        messages: list[str] = []
+        for dev in self.devices:
+            self._poll_device(dev, messages)
+        return self._frame(messages)
+
+    def wait_xid(self, timeout_ms: int) -> pl.DataFrame:
+        """Wait up to ``timeout_ms`` for XID events; return them (may be empty).
+
+        After the first event, events already queued are drained without waiting further.
+        Without event support on this platform it just sleeps ``timeout_ms``.
+        """
+        if self._event_set is None:
+            if timeout_ms > 0:
+                self.sleep(timeout_ms / 1000.0)
+            return self._frame([])
+        n, err = self.nvml, self._nvml_error()
+        xid_type = getattr(n, "nvmlEventTypeXidCriticalError", 0x8)
+        messages: list[str] = []
+        wait = timeout_ms
+        for _ in range(256):
+            try:
+                data = n.nvmlEventSetWait_v2(self._event_set, int(wait))
+            except err as exc:
+                if getattr(exc, "value", None) != _ERR_TIMEOUT:
+                    key = (-1, "event_wait")
+                    if self._last.get(key) != _err_name(exc):
+                        self._last[key] = _err_name(exc)
+                        messages.append(f"NVML gpu=unknown uuid=unknown pci=unknown read_error reading=xid_events "
+                                        f"error={_err_name(exc)}")
+                break
+            self._last.pop((-1, "event_wait"), None)
+            wait = 0
+            if int(data.eventType) & xid_type:
+                messages.append(f"{self._device_of(data.device).prefix} xid={int(data.eventData)}")
+        return self._frame(messages)
+
+    def _device_of(self, handle: Any) -> _Device:
+        try:
+            uuid = str(self.nvml.nvmlDeviceGetUUID(handle))
+        except self._nvml_error():
+            uuid = None
+        for dev in self.devices:
+            if dev.handle is handle or (uuid is not None and dev.uuid == uuid):
+                return dev
+        return _Device(index=-1, uuid=uuid or "unknown")
+
+    def run(self, sink: Callable[[pl.DataFrame], None], interval_s: float, stop_after: int | None = None) -> int:
+        """Poll every ``interval_s`` and wait for XID events in between; hand non-empty batches to
+        ``sink``. Stops after ``stop_after`` poll cycles (None: never). Returns events emitted.
+
+        The last cycle only drains XID events already queued; it does not wait another interval.
+        """
+        emitted, cycles = 0, 0
+        while stop_after is None or cycles < stop_after:
+            started = self.clock()
+            batch = self.poll_once()
+            cycles += 1
+            last = stop_after is not None and cycles >= stop_after
+            remaining_ms = 0 if last else max(0, int((interval_s - (self.clock() - started)) * 1000))
+            xids = self.wait_xid(remaining_ms)
+            for frame in (batch, xids):
+                if frame.height:
+                    sink(frame)
+                    emitted += frame.height
+        return emitted
+
+    def _frame(self, messages: list[str]) -> pl.DataFrame:
+        now_ns = int(self.clock() * 1_000_000_000)
+        seqs = list(range(self._seq, self._seq + len(messages)))
+        self._seq += len(messages)
+        n = len(messages)
+        df = pl.DataFrame({
+            "time": pl.Series([now_ns] * n, dtype=pl.Int64).cast(pl.Datetime("ns")).dt.replace_time_zone("UTC"),
+            "time_inferred": [False] * n, "host": [self.host] * n, "source": [SourceKind.NVML.value] * n,
+            "file": ["nvml"] * n, "line": [0] * n, "seq": seqs, "message": messages,
+        }, schema_overrides={"time": TIME, "message": pl.String, "host": pl.String, "source": pl.String,
+                             "file": pl.String, "line": pl.Int64, "seq": pl.Int64, "time_inferred": pl.Boolean})
+        return check_events(conform(df, EVENT_SCHEMA), "nvml agent")
+
+    @staticmethod
+    def vl_rows(events: pl.DataFrame) -> list[dict[str, Any]]:
+        """VictoriaLogs JSON-line rows: ``_time`` (RFC3339, ns), ``_msg``, host, unit=nvml, gpu, uuid, pci."""
+        rows = []
+        times = events.get_column("time").dt.epoch("ns").to_list()
+        for t, host, msg in zip(times, events.get_column("host").to_list(), events.get_column("message").to_list(),
+                                strict=True):
+            ident = parse_identity(msg or "") or {"gpu": "unknown", "uuid": "unknown", "pci": "unknown"}
+            rows.append({"_time": ns_to_iso(t), "_msg": msg, "host": host, "unit": "nvml", **ident})
+        return rows
