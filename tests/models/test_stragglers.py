@@ -1,0 +1,100 @@
+"""Straggler detector: slow node vs workload imbalance; batch independence."""
+
+from __future__ import annotations
+
+import json
+
+import polars as pl
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from polars.testing import assert_frame_equal
+
+from recovery_logs.detectors import synth
+from recovery_logs.detectors.base import DetectContext
+from recovery_logs.detectors.stragglers import StragglerDetector
+from recovery_logs.schema import FINDING_SCHEMA
+
+NS = 1_000_000_000
+DET = StragglerDetector()
+HOSTS = ["n0", "n1", "n2", "n3"]
+NONE = pl.DataFrame()
+
+
+def end_ctx(f: pl.DataFrame, **kw) -> DetectContext:
+    return DetectContext(watermark_ns=int(f["time"].dt.epoch("ns").max()), **kw)
+
+
+def test_slow_node_proposes_drain_of_that_node():
+    f = synth.findings(synth.training_job("j1", HOSTS, 4, 300, 1.0, slow={"n2": 1.3}))
+    out = DET.detect(f, NONE, end_ctx(f))
+    assert dict(out.schema) == FINDING_SCHEMA
+    got = out.select("host", "job_id", "rule_id", "category", "severity", "role", "action")
+    want = pl.DataFrame({"host": ["n2"], "job_id": ["j1"], "rule_id": ["detector.straggler"], "category": ["straggler"],
+                         "severity": ["medium"], "role": ["cause"], "action": ["drain_node_and_requeue"]})
+    assert_frame_equal(got, want)
+    # fires at the end of the third consecutive complete 60 s window
+    first_w = (synth.T0 + 1 * NS) // (60 * NS) * 60 * NS
+    assert out["time"].dt.epoch("ns").to_list()[0] <= first_w + 5 * 60 * NS
+    assert "all 4 ranks on n2 slow for 3 consecutive" in out["message"][0]
+    assert json.loads(out["detail"][0])["kind"] == "slow_node"
+
+
+def test_specific_ranks_across_nodes_is_imbalance_never_a_drain():
+    f = synth.findings(synth.training_job("j2", HOSTS, 4, 300, 1.0, slow_ranks={1: 1.3, 6: 1.3, 11: 1.3}))
+    out = DET.detect(f, NONE, end_ctx(f))
+    got = out.select("host", "category", "severity", "action")
+    want = pl.DataFrame({"host": [None], "category": ["straggler"], "severity": ["low"], "action": ["investigate"]},
+                        schema={"host": pl.String, "category": pl.String, "severity": pl.String, "action": pl.String})
+    assert_frame_equal(got, want)
+    d = json.loads(out["detail"][0])
+    assert d["ranks"] == [1, 6, 11] and d["hosts"] == ["n0", "n1", "n2"] and d["shifting"] is False
+
+
+def test_shifting_slow_ranks_is_imbalance():
+    rows = []
+    for k, rank in enumerate([2, 9, 14, 5]):     # a different rank is slow in each 75 s stretch
+        part = synth.training_job("j3", HOSTS, 4, 75, 1.0, t0=75.0 * k, slow_ranks={rank: 1.4}, seed=k)
+        rows += [dict(r, step=r["step"] + 75 * k) for r in part]
+    f = synth.findings(rows)
+    out = DET.detect(f, NONE, end_ctx(f))
+    assert out["action"].to_list() == ["investigate"]
+    assert json.loads(out["detail"][0])["shifting"] is True
+
+
+def test_single_rank_per_host_never_drains():
+    f = synth.findings(synth.training_job("j4", HOSTS, 1, 300, 1.0, slow={"n1": 1.4}))
+    out = DET.detect(f, NONE, end_ctx(f))
+    assert out["action"].to_list() == ["investigate"]
+
+
+def test_healthy_job_and_rankless_progress_are_quiet():
+    f = synth.findings(synth.training_job("j5", HOSTS, 4, 300, 1.0) +
+                       synth.training_job("j6", HOSTS, 4, 300, 1.0, slow={"n0": 1.5}, per_rank=False))
+    assert DET.detect(f, NONE, end_ctx(f)).is_empty()
+
+
+def test_short_slowdown_does_not_persist():
+    base = synth.training_job("j7", HOSTS, 4, 300, 1.0)
+    blip = [dict(r, step_time_s=r["step_time_s"] * 1.5) if r["host"] == "n3" and 130 <= r["t"] < 170 else r for r in base]
+    f = synth.findings(blip)
+    assert DET.detect(f, NONE, end_ctx(f)).is_empty()
+
+
+@settings(max_examples=25, deadline=None)
+@given(cuts=st.lists(st.floats(0, 330), max_size=5), seed=st.integers(0, 2**16))
+def test_incremental_watermarks_equal_one_final_call(cuts, seed):
+    rows = (synth.training_job("a", HOSTS, 4, 300, 1.0, slow={"n1": 1.3}) +
+            synth.training_job("b", HOSTS, 4, 300, 1.0, slow_ranks={0: 1.3, 7: 1.3}, seed=3))
+    f = synth.findings(rows)
+    end = int(f["time"].dt.epoch("ns").max())
+    final = DET.detect(f, NONE, DetectContext(end))
+    assert sorted(final["action"].to_list()) == ["drain_node_and_requeue", "investigate"]
+    seen = []
+    for c in sorted(cuts):
+        w = synth.T0 + int(c * NS)
+        held = f.filter(pl.col("time").dt.epoch("ns") <= w).sample(fraction=1.0, shuffle=True, seed=seed)
+        out = DET.detect(held, NONE, DetectContext(w))
+        assert out.join(final, on=list(final.columns), how="anti", nulls_equal=True).is_empty()
+        seen.append(out)
+    seen.append(DET.detect(f.sample(fraction=1.0, shuffle=True, seed=seed), NONE, DetectContext(end)))
+    assert_frame_equal(pl.concat(seen).unique(maintain_order=True).sort("time", "job_id"), final.sort("time", "job_id"))
