@@ -1,0 +1,705 @@
+"""A fixture-faithful VictoriaLogs stand-in on 127.0.0.1, run in a thread.
+
+What it reproduces (from ``tests/fixtures/victorialogs/README.md``, captured from v1.26.0):
+
+* **Static exchanges**: a request whose method, path and decoded parameters equal a captured
+  ``*.txt`` exchange gets the captured status, headers and body byte for byte (chunked when
+  the capture was). The mid-stream timeout capture is replayed as a cut stream: its rows,
+  then the raw abort text, no final zero-length chunk, connection closed (the capture keeps
+  only the tail of a 51 MB body; its first, partial row is left out).
+* **Dynamic store** for everything else: ``/insert/jsonline`` (only with
+  ``Content-Type: application/stream+json``; other types get 200 and store nothing; invalid
+  lines are skipped), ``/select/logsql/query`` (unsorted, grouped by stream, unless
+  ``| sort``; ``limit`` = newest N ascending; empty result = empty body; ``end`` inclusive),
+  ``/select/logsql/hits`` and ``/select/logsql/tail`` with the captured semantics: every
+  ``refresh_interval`` the window ``[previous end - start_offset, now - offset]``, per stream
+  rows with ``_time <=`` the last sent one are skipped, one chunk per poll sorted by ``_time``,
+  no heartbeat, no final chunk, a reconnect replays ``start_offset``.
+* **Faults**: ``stop()`` / ``start()`` (down, restart on the same port: open tails see EOF,
+  rows ingested in the last ``lose_recent_s`` are lost as captured), ``cut_queries`` (the next
+  N queries stream ``cut_after`` rows then the abort text), ``slow_s`` (delay before a query
+  answers), ``fail_status`` (the next N queries answer e.g. 503).
+
+Only a LogsQL subset is understood: ``*``, words, ``"phrases"``, ``field:value``,
+``field:~"regexp"``, ``field:="exact"``, ``{stream="filter"}``, ``and``/``or``/``not``/``!``,
+parentheses; pipes ``sort by (_time [desc])``, ``fields a, b``, ``limit N``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import select
+import socket
+import threading
+import time
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+from urllib.parse import parse_qsl, urlsplit
+
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "victorialogs"
+ABORT_TEXT = b"\nthe connection has been aborted; see the last line in the response and/or in the server log for the reason\n"
+
+
+# --------------------------------------------------------------------------- fixtures
+@dataclass
+class Exchange:
+    name: str
+    method: str
+    path: str
+    params: tuple[tuple[str, str], ...]
+    status: int
+    reason: str
+    headers: list[tuple[str, str]]
+    body: bytes
+    chunked: bool
+    cut: bool
+    request_headers: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def key(self) -> tuple[str, str, tuple[tuple[str, str], ...]]:
+        return (self.method, self.path, self.params)
+
+
+def parse_exchange(path: Path) -> Exchange:
+    raw = path.read_bytes()
+    head, body = raw.split(b"\n\n", 1)
+    lines = head.decode().split("\n")
+    method, target = lines[0].split(" ", 1)
+    parts = urlsplit(target)
+    req_headers: dict[str, str] = {}
+    i = 1
+    notes: list[str] = []
+    while lines[i].startswith("#"):
+        if lines[i].startswith("# request-headers:"):
+            req_headers = json.loads(lines[i].split(":", 1)[1])
+        if lines[i].startswith("# note:"):
+            notes.append(lines[i])
+        if lines[i].startswith("# request-body: form-urlencoded:"):
+            form = lines[i].split("form-urlencoded:", 1)[1].strip().split(" ")[0]
+            parts = parts._replace(query=form)
+        i += 1
+    proto, code, *reason = lines[i].split(" ")
+    assert proto == "HTTP/1.1", path
+    headers = [tuple(h.split(": ", 1)) for h in lines[i + 1:]]
+    chunked = any(k == "Transfer-Encoding" and v == "chunked" for k, v in headers)
+    cut = any("stream was cut" in n or "LAST 900 RAW WIRE BYTES" in n for n in notes)
+    params = tuple(sorted(parse_qsl(parts.query, keep_blank_values=True)))
+    return Exchange(path.stem, method, parts.path, params, int(code), " ".join(reason),
+                    [(k, v) for k, v in headers], body, chunked, cut, req_headers)
+
+
+def load_exchanges(root: Path = FIXTURES) -> list[Exchange]:
+    return [parse_exchange(p) for p in sorted(root.glob("*.txt"))
+            if p.read_bytes()[:4] in (b"GET ", b"POST")]
+
+
+# --------------------------------------------------------------------------- time
+def parse_time_ns(text: str) -> int:
+    m = re.fullmatch(r"(\d{4})-(\d{2})-(\d{2})T(\d{2}):(\d{2}):(\d{2})(?:\.(\d{1,9}))?Z", text)
+    if not m:
+        raise ValueError(text)
+    import calendar
+    sec = calendar.timegm(tuple(int(x) for x in m.groups()[:6]) + (0, 0, 0))
+    return sec * 1_000_000_000 + int((m.group(7) or "0").ljust(9, "0"))
+
+
+def format_time_ns(ns: int) -> str:
+    sec, frac = divmod(ns, 1_000_000_000)
+    t = time.gmtime(sec)
+    base = time.strftime("%Y-%m-%dT%H:%M:%S", t)
+    return base + ("." + f"{frac:09d}".rstrip("0") if frac else "") + "Z"
+
+
+_DUR = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h|d|w|y)")
+_DUR_NS = {"ms": 10**6, "s": 10**9, "m": 60 * 10**9, "h": 3600 * 10**9, "d": 86400 * 10**9,
+           "w": 7 * 86400 * 10**9, "y": 365 * 86400 * 10**9}
+
+
+def parse_duration_ns(text: str) -> int:
+    if text in ("0", ""):
+        return 0
+    pos, total = 0, 0
+    for m in _DUR.finditer(text):
+        if m.start() != pos:
+            raise ValueError(text)
+        total += int(float(m.group(1)) * _DUR_NS[m.group(2)])
+        pos = m.end()
+    if pos != len(text):
+        raise ValueError(text)
+    return total
+
+
+def parse_param_time(text: str, now_ns: int) -> int:
+    try:
+        return parse_time_ns(text)
+    except ValueError:
+        pass
+    try:
+        return int(float(text) * 1e9)
+    except ValueError:
+        pass
+    return now_ns - parse_duration_ns(text)
+
+
+# --------------------------------------------------------------------------- LogsQL subset
+class QueryError(ValueError):
+    pass
+
+
+_TOKEN = re.compile(r'\s*(?:(?P<q>"(?:[^"\\]|\\.)*"|`[^`]*`)|(?P<p>[(){}|,!=~:\[\]])|(?P<w>[^\s(){}|,!=~:"`\[\]]+))')
+
+
+def _tokens(text: str) -> list[tuple[str, str]]:
+    out, pos = [], 0
+    text = text.rstrip()
+    while pos < len(text):
+        m = _TOKEN.match(text, pos)
+        if not m or m.end() == pos:
+            raise QueryError(f"unexpected character at {text[pos:pos + 10]!r}")
+        kind = m.lastgroup
+        val = m.group(kind)
+        if kind == "q":
+            val = json.loads(val) if val.startswith('"') else val[1:-1]
+        out.append((kind, val))
+        pos = m.end()
+    return out
+
+
+class _Parser:
+    def __init__(self, toks: list[tuple[str, str]]):
+        self.t, self.i = toks, 0
+
+    def peek(self) -> tuple[str, str] | None:
+        return self.t[self.i] if self.i < len(self.t) else None
+
+    def take(self) -> tuple[str, str]:
+        tok = self.peek()
+        if tok is None:
+            raise QueryError("unexpected end of query")
+        self.i += 1
+        return tok
+
+    def expect(self, val: str) -> None:
+        tok = self.take()
+        if tok[1] != val:
+            raise QueryError(f"expected {val!r}, got {tok[1]!r}")
+
+    def parse_or(self):
+        left = self.parse_and()
+        while self.peek() and self.peek()[0] == "w" and self.peek()[1].lower() == "or":
+            self.take()
+            right = self.parse_and()
+            left = (lambda a, b: lambda r: a(r) or b(r))(left, right)
+        return left
+
+    def parse_and(self):
+        left = self.parse_unary()
+        while True:
+            tok = self.peek()
+            if tok is None or tok[1] in (")", "|") or (tok[0] == "w" and tok[1].lower() == "or"):
+                return left
+            if tok[0] == "w" and tok[1].lower() == "and":
+                self.take()
+            right = self.parse_unary()
+            left = (lambda a, b: lambda r: a(r) and b(r))(left, right)
+
+    def parse_unary(self):
+        tok = self.peek()
+        if tok is None:
+            raise QueryError("missing query")
+        if tok[1] in ("!",) or (tok[0] == "w" and tok[1].lower() == "not"):
+            self.take()
+            inner = self.parse_unary()
+            return lambda r: not inner(r)
+        if tok[1] == "(":
+            self.take()
+            inner = self.parse_or()
+            self.expect(")")
+            return inner
+        if tok[1] == "{":
+            return self.parse_stream()
+        return self.parse_term()
+
+    def parse_stream(self):
+        self.expect("{")
+        conds = []
+        while self.peek() and self.peek()[1] != "}":
+            name = self.take()[1]
+            self.expect("=")
+            val = self.take()[1]
+            conds.append((name, val))
+            if self.peek() and self.peek()[1] == ",":
+                self.take()
+        self.expect("}")
+        return lambda r: all(r.fields.get(k) == v for k, v in conds)
+
+    def parse_term(self):
+        kind, val = self.take()
+        fname = "_msg"
+        if kind == "w" and self.peek() and self.peek()[1] == ":":
+            self.take()
+            fname = val
+            kind, val = self.take()
+        if val == "*" and kind == "w":
+            return lambda r: True
+        if val == "~" and kind == "p":
+            rx = re.compile(self.take()[1])
+            return lambda r: rx.search(r.get(fname)) is not None
+        if val == "=" and kind == "p":
+            exact = self.take()[1]
+            return lambda r: r.get(fname) == exact
+        if kind == "p":
+            raise QueryError(f"unexpected {val!r}")
+        if fname == "_time":
+            raise QueryError("_time filters are not supported by the test server; use start/end")
+        if kind == "w" and val.endswith("*"):
+            prefix = re.compile(r"(?<!\w)" + re.escape(val[:-1]))
+            return lambda r: prefix.search(r.get(fname)) is not None
+        word = re.compile(r"(?<!\w)" + re.escape(val) + r"(?!\w)")
+        return lambda r: word.search(r.get(fname)) is not None
+
+
+@dataclass
+class Query:
+    text: str
+    match: Any
+    sort_desc: bool | None = None
+    fields: list[str] | None = None
+    limit: int | None = None
+    tail_forbidden: bool = False
+
+
+def parse_query(text: str) -> Query:
+    if not text.strip():
+        raise QueryError("missing query")
+    toks = _tokens(text)
+    segs: list[list[tuple[str, str]]] = [[]]
+    for tok in toks:
+        if tok == ("p", "|"):
+            segs.append([])
+        else:
+            segs[-1].append(tok)
+    p = _Parser(segs[0])
+    match = p.parse_or()
+    if p.peek() is not None:
+        raise QueryError(f"unexpected {p.peek()[1]!r}")
+    q = Query(text, match)
+    for seg in segs[1:]:
+        words = [v for _, v in seg]
+        if not words:
+            raise QueryError("missing pipe")
+        if words[0] == "sort" and words[1:3] == ["by", "("]:
+            if words[3] != "_time":
+                raise QueryError("the test server sorts by _time only")
+            q.sort_desc = "desc" in words[4:]
+            q.tail_forbidden = True
+        elif words[0] == "fields":
+            q.fields = [w for w in words[1:] if w != ","]
+        elif words[0] in ("limit", "head"):
+            q.limit = int(words[1])
+            q.tail_forbidden = True
+        elif words[0] == "stats":
+            raise QueryError("the test server does not run stats pipes")
+        else:
+            raise QueryError(f"cannot parse {words[0]!r} pipe")
+    return q
+
+
+# --------------------------------------------------------------------------- store
+@dataclass
+class Row:
+    t: int
+    stream_id: str
+    stream: str
+    msg: str
+    fields: dict[str, str]
+    ingested: float
+
+    def get(self, name: str) -> str:
+        if name == "_msg":
+            return self.msg
+        if name == "_stream_id":
+            return self.stream_id
+        if name == "_stream":
+            return self.stream
+        return self.fields.get(name, "")
+
+    def render(self, fields: list[str] | None = None) -> dict[str, str]:
+        full = {"_time": format_time_ns(self.t), "_stream_id": self.stream_id, "_stream": self.stream,
+                "_msg": self.msg, **self.fields}
+        if fields is None:
+            return full
+        return {k: full[k] for k in fields if k in full}
+
+
+class Store:
+    def __init__(self) -> None:
+        self.rows: list[Row] = []
+        self.lock = threading.Lock()
+
+    def insert(self, docs: list[dict[str, Any]], stream_fields: list[str], now_ns: int) -> None:
+        now = time.monotonic()
+        with self.lock:
+            for d in docs:
+                flat = {k: (v if isinstance(v, str) else json.dumps(v)) for k, v in d.items()}
+                t_text = flat.pop("_time", "")
+                t = now_ns if t_text in ("", "0") else parse_time_ns(t_text)
+                msg = flat.pop("_msg", "")
+                labels = {k: flat[k] for k in sorted(stream_fields) if k in flat}
+                stream = "{" + ",".join(f'{k}={json.dumps(v)}' for k, v in labels.items()) + "}"
+                sid = "0" * 16 + hashlib.sha256(stream.encode()).hexdigest()[:32]
+                self.rows.append(Row(t, sid, stream, msg, flat, now))
+
+    def snapshot(self, visible_before: float) -> list[Row]:
+        with self.lock:
+            return [r for r in self.rows if r.ingested <= visible_before]
+
+    def drop_ingested_after(self, t_monotonic: float) -> int:
+        with self.lock:
+            keep = [r for r in self.rows if r.ingested < t_monotonic]
+            lost = len(self.rows) - len(keep)
+            self.rows = keep
+            return lost
+
+
+# --------------------------------------------------------------------------- server
+class VLServer:
+    """Start with ``with VLServer() as srv: srv.url``; ``srv.base`` is ``http://127.0.0.1:PORT``."""
+
+    def __init__(self, port: int = 0, static: bool = True, visibility_delay_s: float = 0.0,
+                 clock=time.time_ns) -> None:
+        self.port = port
+        self.store = Store()
+        self.exchanges = {e.key: e for e in load_exchanges()} if static else {}
+        self.visibility_delay_s = visibility_delay_s
+        self.clock = clock
+        self.slow_s = 0.0
+        self.cut_queries = 0
+        self.cut_after = 1
+        self.fail_status: list[int] = []
+        self.lose_recent_s = 0.0
+        self.requests: list[tuple[str, str, dict[str, str]]] = []
+        self.counts: dict[str, int] = {}
+        self._httpd: ThreadingHTTPServer | None = None
+        self._thread: threading.Thread | None = None
+        self._socks: set[socket.socket] = set()
+        self._lock = threading.Lock()
+        self._stopping = threading.Event()
+
+    # lifecycle ------------------------------------------------------------------------
+    @property
+    def base(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    @property
+    def url(self) -> str:
+        return f"victorialogs://127.0.0.1:{self.port}"
+
+    def start(self) -> VLServer:
+        server = self
+
+        class Handler(_Handler):
+            srv = server
+
+        httpd = ThreadingHTTPServer(("127.0.0.1", self.port), Handler)
+        httpd.daemon_threads = True
+        self.port = httpd.server_address[1]
+        self._stopping.clear()
+        self._httpd = httpd
+        self._thread = threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": 0.05},
+                                        daemon=True, name=f"vlserver:{self.port}")
+        self._thread.start()
+        return self
+
+    def stop(self) -> int:
+        """Stop listening and cut every open connection (tails see EOF). Returns rows lost."""
+        self._stopping.set()
+        lost = 0
+        if self.lose_recent_s:
+            lost = self.store.drop_ingested_after(time.monotonic() - self.lose_recent_s)
+        if self._httpd is not None:
+            self._httpd.shutdown()
+            self._httpd.server_close()
+            self._httpd = None
+        with self._lock:
+            socks = list(self._socks)
+        for s in socks:
+            try:
+                s.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+        return lost
+
+    def restart(self, down_for_s: float = 0.0) -> int:
+        lost = self.stop()
+        time.sleep(down_for_s)
+        self.start()
+        return lost
+
+    def __enter__(self) -> VLServer:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    # helpers --------------------------------------------------------------------------
+    def ingest(self, docs: list[dict[str, Any]], stream_fields=("host", "unit", "job_id")) -> None:
+        self.store.insert(docs, list(stream_fields), self.clock())
+
+    def ingest_file(self, path: Path) -> None:
+        self.ingest([json.loads(x) for x in path.read_text().splitlines() if x.strip()])
+
+    def visible_rows(self) -> list[Row]:
+        return self.store.snapshot(time.monotonic() - self.visibility_delay_s)
+
+    def select(self, q: Query, start: int | None, end: int | None) -> list[Row]:
+        rows = [r for r in self.visible_rows() if (start is None or r.t >= start)
+                and (end is None or r.t <= end) and q.match(r)]
+        if q.sort_desc is not None:
+            rows.sort(key=lambda r: r.t, reverse=q.sort_desc)
+        else:  # unsorted like the real server: grouped by stream, in ingestion order
+            order = {sid: i for i, sid in enumerate(sorted({r.stream_id for r in rows}))}
+            rows.sort(key=lambda r: order[r.stream_id])
+        if q.limit is not None:
+            rows = rows[:q.limit]
+        return rows
+
+    def bump(self, key: str) -> None:
+        with self._lock:
+            self.counts[key] = self.counts.get(key, 0) + 1
+
+
+class _Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    srv: VLServer
+
+    def log_message(self, *args: object) -> None:  # quiet
+        pass
+
+    def setup(self) -> None:
+        super().setup()
+        with self.srv._lock:
+            self.srv._socks.add(self.connection)
+
+    def finish(self) -> None:
+        with self.srv._lock:
+            self.srv._socks.discard(self.connection)
+        try:
+            super().finish()
+        except OSError:
+            pass
+
+    # plumbing
+    def _send(self, status: int, body: bytes, ctype: str, reason: str | None = None) -> None:
+        self.send_response(status, reason)
+        self.send_header("Content-Type", ctype)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def _start_chunked(self, ctype: str) -> None:
+        self.send_response(200)
+        self.send_header("Content-Type", ctype)
+        self.send_header("Transfer-Encoding", "chunked")
+        self.end_headers()
+        self.wfile.flush()
+
+    def _chunk(self, data: bytes) -> None:
+        if data:
+            self.wfile.write(f"{len(data):x}\r\n".encode() + data + b"\r\n")
+            self.wfile.flush()
+
+    def _cut(self) -> None:
+        self.wfile.write(ABORT_TEXT)
+        self.wfile.flush()
+        self.close_connection = True
+        try:
+            self.connection.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+
+    def _params(self) -> tuple[str, dict[str, str], bytes]:
+        parts = urlsplit(self.path)
+        params = dict(parse_qsl(parts.query, keep_blank_values=True))
+        body = b""
+        if self.command == "POST":
+            body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+            if self.headers.get("Content-Type", "").startswith("application/x-www-form-urlencoded") \
+                    and parts.path.startswith("/select/"):
+                params.update(parse_qsl(body.decode(), keep_blank_values=True))
+        return parts.path, params, body
+
+    def do_GET(self) -> None:
+        self._dispatch()
+
+    def do_POST(self) -> None:
+        self._dispatch()
+
+    def _dispatch(self) -> None:
+        path, params, body = self._params()
+        self.srv.requests.append((self.command, path, params))
+        self.srv.bump(path)
+        ex = self.srv.exchanges.get((self.command, path, tuple(sorted(params.items()))))
+        if ex is not None and path.startswith("/select/"):
+            return self._replay(ex)
+        try:
+            if path == "/insert/jsonline":
+                return self._insert(params, body)
+            if path == "/select/logsql/query":
+                return self._query(params)
+            if path == "/select/logsql/tail":
+                return self._tail(params)
+            if path == "/select/logsql/hits":
+                return self._hits(params)
+        except (BrokenPipeError, ConnectionResetError):
+            self.close_connection = True
+            return None
+        return self._send(400, f'unsupported path requested: "{path}"\n'.encode(), "text/plain; charset=utf-8")
+
+    def _replay(self, ex: Exchange) -> None:
+        self.send_response(ex.status, ex.reason)
+        for k, v in ex.headers:
+            if k not in ("Date", "Transfer-Encoding", "Content-Length"):
+                self.send_header(k, v)
+        if not ex.chunked:
+            self.send_header("Content-Length", str(len(ex.body)))
+            self.end_headers()
+            self.wfile.write(ex.body)
+            return
+        self.send_header("Transfer-Encoding", "chunked")
+        self.end_headers()
+        body = ex.body
+        if ex.cut and ABORT_TEXT in body:
+            rows = body[:body.index(ABORT_TEXT)]
+            rows = rows[:-2] if rows.endswith(b"\r\n") else rows   # the chunk terminator seen on the wire
+            if not rows.startswith(b"{"):   # the capture starts mid-row: keep whole rows only
+                rows = rows[rows.index(b"\n") + 1:] if b"\n" in rows else b""
+            self._chunk(rows)
+            return self._cut()
+        self._chunk(body)
+        if ex.cut:   # a tail capture: the stream never ends; close it like the client did
+            self.close_connection = True
+            return None
+        self.wfile.write(b"0\r\n\r\n")
+        return None
+
+    def _client_gone(self) -> bool:
+        try:
+            readable, _, _ = select.select([self.connection], [], [], 0)
+            return bool(readable) and self.connection.recv(1, socket.MSG_PEEK) == b""
+        except OSError:
+            return True
+
+    def _bad(self, text: str) -> None:
+        self._send(400, (text + "\n").encode(), "text/plain; charset=utf-8")
+
+    def _insert(self, params: dict[str, str], body: bytes) -> None:
+        if self.headers.get("Content-Type", "").split(";")[0].strip() == "application/stream+json":
+            docs = []
+            for line in body.decode("utf-8", "replace").splitlines():
+                try:
+                    doc = json.loads(line)
+                except ValueError:
+                    continue   # the real server skips an invalid line and says so only in its log
+                if isinstance(doc, dict):
+                    docs.append(doc)
+            fields = [f for f in params.get("_stream_fields", "").split(",") if f]
+            self.srv.store.insert(docs, fields, self.srv.clock())
+        self._send(200, b"", "application/json")
+
+    def _query(self, params: dict[str, str]) -> None:
+        text = params.get("query", "")
+        try:
+            q = parse_query(text)
+        except (QueryError, re.error) as exc:
+            return self._bad(f"cannot parse query [{text}]: {exc}; context: [{text}]")
+        now = self.srv.clock()
+        try:
+            start = parse_param_time(params["start"], now) if "start" in params else None
+            end = parse_param_time(params["end"], now) if "end" in params else None
+        except ValueError as exc:
+            return self._bad(f"cannot parse start/end: {exc}")
+        if self.srv.slow_s:
+            time.sleep(self.srv.slow_s)
+        if self.srv.fail_status:
+            status = self.srv.fail_status.pop(0)
+            return self._send(status, b"the request couldn't be executed in 0.245 seconds; possible solutions: "
+                                      b"to increase -search.maxQueryDuration=30s\n", "text/plain; charset=utf-8")
+        rows = self.srv.select(q, start, end)
+        if "limit" in params:
+            lim = int(params["limit"])
+            rows = sorted(sorted(rows, key=lambda r: r.t)[-lim:], key=lambda r: r.t) if lim else rows
+        if not rows:
+            return self._send(200, b"", "application/stream+json")
+        self._start_chunked("application/stream+json")
+        lines = [json.dumps(r.render(q.fields), ensure_ascii=False, separators=(",", ":")).encode() + b"\n"
+                 for r in rows]
+        if self.srv.cut_queries > 0:
+            self.srv.cut_queries -= 1
+            self._chunk(b"".join(lines[:self.srv.cut_after]))
+            return self._cut()
+        for i in range(0, len(lines), 1000):
+            self._chunk(b"".join(lines[i:i + 1000]))
+        self.wfile.write(b"0\r\n\r\n")
+        return None
+
+    def _hits(self, params: dict[str, str]) -> None:
+        q = parse_query(params.get("query", "*"))
+        now = self.srv.clock()
+        step = parse_duration_ns(params.get("step", "1d"))
+        start = parse_param_time(params["start"], now) if "start" in params else None
+        end = parse_param_time(params["end"], now) if "end" in params else None
+        rows = self.srv.select(q, start, end)
+        fld = params.get("field")
+        series: dict[str, dict[int, int]] = {}
+        for r in rows:
+            key = r.get(fld) if fld else ""
+            b = r.t - r.t % step
+            series.setdefault(key, {})[b] = series.setdefault(key, {}).get(b, 0) + 1
+        hits = [{"fields": ({fld: k} if fld else {}), "timestamps": [format_time_ns(t) for t in sorted(v)],
+                 "values": [v[t] for t in sorted(v)], "total": sum(v.values())} for k, v in sorted(series.items())]
+        self._send(200, json.dumps({"hits": hits}).encode(), "application/json")
+
+    def _tail(self, params: dict[str, str]) -> None:
+        text = params.get("query", "")
+        durs = {}
+        for name, default in (("start_offset", "5s"), ("offset", "1s"), ("refresh_interval", "1s")):
+            raw = params.get(name, default)
+            try:
+                val = parse_duration_ns(raw)
+            except ValueError:
+                return self._bad(f"cannot parse {name}={raw!r}")
+            if val < 10**6:
+                return self._bad(f"{name}={val // 10**6}ms is out of allowed range [1ms ... 3153600000000ms]")
+            durs[name] = val
+        try:
+            q = parse_query(text)
+        except (QueryError, re.error) as exc:
+            return self._bad(f"cannot parse query [{text}]: {exc}; context: [{text}]")
+        if q.tail_forbidden:
+            return self._bad(f"the query [{text}] cannot be used in live tailing; see "
+                             "https://docs.victoriametrics.com/victorialogs/querying/#live-tailing for details")
+        self._start_chunked("application/x-ndjson")
+        if q.fields is not None and "_time" not in q.fields:
+            return self._cut()
+        srv = self.srv
+        last_sent: dict[str, int] = {}
+        end = srv.clock() - durs["offset"]
+        start = end - durs["start_offset"]
+        while not srv._stopping.is_set():
+            rows = [r for r in srv.select(q, start, end) if r.t > last_sent.get(r.stream_id, -1)]
+            rows.sort(key=lambda r: r.t)
+            if rows:
+                for r in rows:
+                    last_sent[r.stream_id] = max(last_sent.get(r.stream_id, -1), r.t)
+                self._chunk(b"".join(json.dumps(r.render(q.fields), ensure_ascii=False,
+                                                separators=(",", ":")).encode() + b"\n" for r in rows))
+            if srv._stopping.wait(durs["refresh_interval"] / 1e9) or self._client_gone():
+                break
+            start = end - durs["start_offset"]
+            end = srv.clock() - durs["offset"]
+        self.close_connection = True
