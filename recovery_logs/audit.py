@@ -1,0 +1,282 @@
+"""Append-only, hash-chained, write-ahead audit trail (SQLite, WAL).
+
+Every record is one row of the ``audit`` table::
+
+    id           1, 2, 3, ... (no gaps)
+    ts_ns        wall-clock time the record was written (ns since the epoch, UTC)
+    kind         detection | proposal | decision | intent | result | approval | rejection |
+                 unsafe_target | reconcile | breaker | config | model
+    incident_id  the incident the record is about, or NULL
+    action_id    the remediation action it is about, or NULL
+    payload      canonical JSON text (sorted keys, no spaces)
+    prev_hash    hash of record id-1 ("0" * 64 for the first record)
+    hash         sha256 over the canonical JSON of {id, ts_ns, kind, incident_id, action_id,
+                 payload (the stored text), prev_hash}
+
+Triggers forbid UPDATE and DELETE on ``audit``; ``verify()`` recomputes the whole chain and
+raises ``AuditChainBroken`` naming the first record that does not match, so a changed byte,
+a deleted row or a re-ordered row is found even when someone dropped the triggers.
+
+The same database file holds the remediation state (``actions`` queue, ``kv`` for the
+breaker), so that an intent record and the state change that goes with it commit in one
+transaction (``AuditLog.transaction()``). Writers take SQLite's write lock up front
+(``BEGIN IMMEDIATE``), so two processes (``watch`` and ``approve``) can append safely.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import sqlite3
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from recovery_logs.errors import AuditChainBroken, AuditError
+from recovery_logs.timeutil import ns_to_iso
+
+GENESIS = "0" * 64
+DB_NAME = "audit.db"
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS audit (
+    id INTEGER PRIMARY KEY,
+    ts_ns INTEGER NOT NULL,
+    kind TEXT NOT NULL,
+    incident_id TEXT,
+    action_id TEXT,
+    payload TEXT NOT NULL,
+    prev_hash TEXT NOT NULL,
+    hash TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS audit_kind ON audit(kind);
+CREATE INDEX IF NOT EXISTS audit_action ON audit(action_id);
+CREATE TRIGGER IF NOT EXISTS audit_no_update BEFORE UPDATE ON audit
+BEGIN SELECT RAISE(ABORT, 'audit records are append-only'); END;
+CREATE TRIGGER IF NOT EXISTS audit_no_delete BEFORE DELETE ON audit
+BEGIN SELECT RAISE(ABORT, 'audit records are append-only'); END;
+CREATE TABLE IF NOT EXISTS kv (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+"""
+
+
+def canonical_json(obj: Any) -> str:
+    return json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=str)
+
+
+def default_state_dir() -> Path:
+    """``$XDG_STATE_HOME/recovery-logs``, else ``~/.local/state/recovery-logs``."""
+    base = os.environ.get("XDG_STATE_HOME")
+    return (Path(base) if base else Path.home() / ".local" / "state") / "recovery-logs"
+
+
+def record_hash(rec_id: int, ts_ns: int, kind: str, incident_id: str | None, action_id: str | None,
+                payload_text: str, prev_hash: str) -> str:
+    body = canonical_json({"id": rec_id, "ts_ns": ts_ns, "kind": kind, "incident_id": incident_id,
+                           "action_id": action_id, "payload": payload_text, "prev_hash": prev_hash})
+    return hashlib.sha256(body.encode("utf-8")).hexdigest()
+
+
+@dataclass(frozen=True)
+class AuditRecord:
+    id: int
+    ts_ns: int
+    kind: str
+    incident_id: str | None
+    action_id: str | None
+    payload: dict[str, Any]
+    prev_hash: str
+    hash: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"id": self.id, "time": ns_to_iso(self.ts_ns), "ts_ns": self.ts_ns, "kind": self.kind,
+                "incident_id": self.incident_id, "action_id": self.action_id, "payload": self.payload,
+                "prev_hash": self.prev_hash, "hash": self.hash}
+
+    def summary(self) -> str:
+        p = self.payload
+        bits = [str(p[k]) for k in ("action", "kind", "target", "decision", "outcome", "status")
+                if k in p and p[k] not in (None, "")]
+        msg = p.get("reason") or p.get("message") or ""
+        return " ".join(bits) + (f" — {msg}" if msg else "")
+
+    def __rich__(self) -> str:
+        t = ns_to_iso(self.ts_ns) or ""
+        return f"#{self.id:<4} {t[11:19]} {self.kind:<10} {self.incident_id or '-':<16} {self.summary()}"
+
+
+def _row(r: tuple) -> AuditRecord:
+    return AuditRecord(id=r[0], ts_ns=r[1], kind=r[2], incident_id=r[3], action_id=r[4],
+                       payload=json.loads(r[5]), prev_hash=r[6], hash=r[7])
+
+
+class AuditLog:
+    """The audit trail of one state dir. ``clock`` returns seconds since the epoch."""
+
+    def __init__(self, path: Path, clock: Callable[[], float] | None = None) -> None:
+        self.path = Path(path)
+        self.clock = clock or time.time
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self.conn = sqlite3.connect(str(self.path), timeout=30, isolation_level=None,
+                                        check_same_thread=False)
+            self.conn.execute("PRAGMA journal_mode=WAL")
+            self.conn.execute("PRAGMA synchronous=FULL")
+            self.conn.executescript(_SCHEMA)
+        except (OSError, sqlite3.Error) as exc:
+            raise AuditError("audit: cannot open the audit database", path=str(self.path),
+                             error=str(exc)) from exc
+        self._depth = 0
+
+    @classmethod
+    def open(cls, state_dir: Path, clock: Callable[[], float] | None = None) -> AuditLog:
+        return cls(Path(state_dir) / DB_NAME, clock=clock)
+
+    def close(self) -> None:
+        self.conn.close()
+
+    # ------------------------------------------------------------------ transactions
+    @contextlib.contextmanager
+    def transaction(self) -> Iterator[sqlite3.Connection]:
+        """One write transaction (nestable); audit appends and state changes inside commit together."""
+        if self._depth:
+            self._depth += 1
+            try:
+                yield self.conn
+            finally:
+                self._depth -= 1
+            return
+        try:
+            self.conn.execute("BEGIN IMMEDIATE")
+        except sqlite3.Error as exc:
+            raise AuditError("audit: cannot lock the audit database", path=str(self.path),
+                             error=str(exc)) from exc
+        self._depth = 1
+        try:
+            yield self.conn
+        except BaseException:
+            self._depth = 0
+            self.conn.execute("ROLLBACK")
+            raise
+        self._depth = 0
+        try:
+            self.conn.execute("COMMIT")
+        except sqlite3.Error as exc:
+            raise AuditError("audit: commit failed", path=str(self.path), error=str(exc)) from exc
+
+    # ------------------------------------------------------------------ writing
+    def append(self, kind: str, payload: dict[str, Any], *, incident_id: str | None = None,
+               action_id: str | None = None) -> AuditRecord:
+        text = canonical_json(payload)
+        ts_ns = int(self.clock() * 1e9)
+        try:
+            with self.transaction() as c:
+                last = c.execute("SELECT id, hash FROM audit ORDER BY id DESC LIMIT 1").fetchone()
+                rec_id, prev = (last[0] + 1, last[1]) if last else (1, GENESIS)
+                h = record_hash(rec_id, ts_ns, kind, incident_id, action_id, text, prev)
+                c.execute("INSERT INTO audit(id, ts_ns, kind, incident_id, action_id, payload, prev_hash, hash)"
+                          " VALUES (?,?,?,?,?,?,?,?)", (rec_id, ts_ns, kind, incident_id, action_id, text, prev, h))
+        except sqlite3.Error as exc:
+            raise AuditError("audit: cannot append a record", path=str(self.path), kind=kind,
+                             error=str(exc)) from exc
+        return AuditRecord(rec_id, ts_ns, kind, incident_id, action_id, json.loads(text), prev, h)
+
+    # ------------------------------------------------------------------ state (kv)
+    def get_state(self, key: str, default: Any = None) -> Any:
+        row = self.conn.execute("SELECT value FROM kv WHERE key = ?", (key,)).fetchone()
+        return json.loads(row[0]) if row else default
+
+    def set_state(self, key: str, value: Any) -> None:
+        with self.transaction() as c:
+            c.execute("INSERT INTO kv(key, value) VALUES (?, ?) ON CONFLICT(key) DO UPDATE SET value = excluded.value",
+                      (key, canonical_json(value)))
+
+    # ------------------------------------------------------------------ reading
+    def records(self, kind: str | None = None, *, incident_id: str | None = None,
+                action_id: str | None = None, after_id: int = 0, limit: int | None = None,
+                newest_first: bool = False) -> list[AuditRecord]:
+        q = "SELECT id, ts_ns, kind, incident_id, action_id, payload, prev_hash, hash FROM audit WHERE id > ?"
+        args: list[Any] = [after_id]
+        for col, val in (("kind", kind), ("incident_id", incident_id), ("action_id", action_id)):
+            if val is not None:
+                q += f" AND {col} = ?"
+                args.append(val)
+        q += " ORDER BY id DESC" if newest_first else " ORDER BY id"
+        if limit is not None:
+            q += f" LIMIT {int(limit)}"
+        return [_row(r) for r in self.conn.execute(q, args)]
+
+    def count(self, kind: str | None = None) -> int:
+        if kind is None:
+            return self.conn.execute("SELECT COUNT(*) FROM audit").fetchone()[0]
+        return self.conn.execute("SELECT COUNT(*) FROM audit WHERE kind = ?", (kind,)).fetchone()[0]
+
+    def open_intents(self) -> list[AuditRecord]:
+        """Intent records with no result record for the same action and attempt (write-ahead gaps)."""
+        out = []
+        for rec in self.records("intent"):
+            attempt = rec.payload.get("attempt")
+            done = self.conn.execute(
+                "SELECT 1 FROM audit WHERE kind IN ('result', 'reconcile') AND action_id = ? AND id > ?"
+                " AND json_extract(payload, '$.attempt') = ? LIMIT 1", (rec.action_id, rec.id, attempt)).fetchone()
+            if not done:
+                out.append(rec)
+        return out
+
+    def verify(self) -> int:
+        """Recompute the chain. Returns the number of records; raises AuditChainBroken at the first bad one."""
+        prev = GENESIS
+        expect_id = 1
+        n = 0
+        cur = self.conn.execute(
+            "SELECT id, ts_ns, kind, incident_id, action_id, payload, prev_hash, hash FROM audit ORDER BY id")
+        for rec_id, ts_ns, kind, inc, act, payload, prev_hash, h in cur:
+            where = {"path": str(self.path), "kind": kind}
+            if rec_id != expect_id:
+                raise AuditChainBroken(f"audit record {expect_id} is missing (next record is {rec_id})",
+                                       record_id=expect_id, **where)
+            if prev_hash != prev:
+                raise AuditChainBroken(f"audit record {rec_id} does not link to record {rec_id - 1}",
+                                       record_id=rec_id, **where)
+            if not isinstance(payload, str) or record_hash(rec_id, ts_ns, kind, inc, act, payload, prev_hash) != h:
+                raise AuditChainBroken(f"audit record {rec_id} was changed (hash mismatch)", record_id=rec_id, **where)
+            try:
+                json.loads(payload)
+            except ValueError as exc:
+                raise AuditChainBroken(f"audit record {rec_id} payload is not JSON", record_id=rec_id,
+                                       **where) from exc
+            prev = h
+            expect_id += 1
+            n += 1
+        return n
+
+    # ------------------------------------------------------------------ export
+    def export(self, out: Path, fmt: str = "jsonl") -> int:
+        """Write every record to ``out`` as JSON lines or Parquet. Returns the number written."""
+        recs = self.records()
+        out = Path(out)
+        if fmt == "jsonl":
+            with out.open("w", encoding="utf-8") as fh:
+                for r in recs:
+                    fh.write(canonical_json(r.to_dict()) + "\n")
+        elif fmt == "parquet":
+            import polars as pl
+
+            df = pl.DataFrame(
+                {"id": [r.id for r in recs], "ts_ns": [r.ts_ns for r in recs], "kind": [r.kind for r in recs],
+                 "incident_id": [r.incident_id for r in recs], "action_id": [r.action_id for r in recs],
+                 "payload": [canonical_json(r.payload) for r in recs], "prev_hash": [r.prev_hash for r in recs],
+                 "hash": [r.hash for r in recs]},
+                schema={"id": pl.Int64, "ts_ns": pl.Int64, "kind": pl.String, "incident_id": pl.String,
+                        "action_id": pl.String, "payload": pl.String, "prev_hash": pl.String, "hash": pl.String})
+            df = df.with_columns(pl.col("ts_ns").cast(pl.Datetime("ns")).dt.replace_time_zone("UTC").alias("time"))
+            df.write_parquet(out)
+        else:
+            raise AuditError(f"audit export: unknown format {fmt!r} (use jsonl or parquet)", format=fmt)
+        return len(recs)
+
+
+__all__ = ["AuditLog", "AuditRecord", "DB_NAME", "GENESIS", "canonical_json", "default_state_dir", "record_hash"]

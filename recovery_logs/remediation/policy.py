@@ -1,0 +1,246 @@
+"""Remediation policy: modes, one action budget, a node-drain circuit breaker, cooldown, dry-run.
+
+Pure: ``evaluate(config, state, request, now)`` looks at an immutable ``PolicyState`` and says
+whether one action may run; ``PolicyState.after(...)`` returns the state once it has run. The
+remediator persists the state (the ``actions`` table and the breaker in the audit database)
+and rebuilds it with ``PolicyState`` on every decision, so a restart changes nothing.
+
+Rules, in the order they are checked:
+
+1. ``mode``: ``monitor`` records only; ``approve`` queues for a human; ``autonomous`` executes.
+2. ``resume_node`` of a node *we* drained is always allowed by the breaker (a tripped breaker
+   never blocks undoing our own drains) but still takes budget.
+3. Circuit breaker (drains only): when it is tripped, no drain runs until ``slurm breaker-reset``.
+   A drain that would make more than ``breaker.max_drain_fraction`` of the cluster's nodes
+   drained by us within ``breaker.window_s`` is denied and trips the breaker.
+4. Budget: at most ``budget.per_hour`` actions of any kind per cluster in any sliding hour,
+   and at most ``budget.per_incident`` per incident.
+5. Cooldown: no action on a target that had an action less than ``cooldown_s`` ago.
+6. ``dry_run``: an allowed action is recorded as ``dry_run`` and not executed; it never consumes
+   budget, never starts a cooldown and never feeds the breaker.
+
+Idempotency (re-detection never acts twice) is the remediator's job: an action is keyed by
+``ActionProposal.idempotency_key`` and a key that exists is never planned again.
+
+Policy file (TOML)::
+
+    mode = "monitor"            # monitor | approve | autonomous
+    dry_run = false
+    cooldown_s = 900
+    cluster = "default"
+    [budget]
+    per_hour = 10
+    per_incident = 3
+    [breaker]
+    max_drain_fraction = 0.25
+    window_s = 3600
+    cluster_nodes = 0           # 0 = ask Slurm (sinfo) for the node count
+"""
+
+from __future__ import annotations
+
+import tomllib
+from collections.abc import Iterable
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from recovery_logs.errors import PolicyError
+
+MODES = ("monitor", "approve", "autonomous")
+HOUR_S = 3600.0
+EXECUTABLE_KINDS = frozenset({"drain_node", "requeue_job", "cancel_job", "resume_node"})
+
+
+@dataclass(frozen=True)
+class PolicyConfig:
+    mode: str = "monitor"
+    dry_run: bool = False
+    cooldown_s: float = 900.0
+    cluster: str = "default"
+    budget_per_hour: int = 10
+    budget_per_incident: int = 3
+    breaker_max_drain_fraction: float = 0.25
+    breaker_window_s: float = 3600.0
+    cluster_nodes: int = 0
+
+    def __post_init__(self) -> None:
+        if self.mode not in MODES:
+            raise PolicyError(f"policy: unknown mode {self.mode!r} (use one of {', '.join(MODES)})", key="mode")
+        checks = (("cooldown_s", self.cooldown_s >= 0), ("budget.per_hour", self.budget_per_hour >= 0),
+                  ("budget.per_incident", self.budget_per_incident >= 0),
+                  ("breaker.max_drain_fraction", 0 < self.breaker_max_drain_fraction <= 1),
+                  ("breaker.window_s", self.breaker_window_s > 0), ("breaker.cluster_nodes", self.cluster_nodes >= 0))
+        for key, ok in checks:
+            if not ok:
+                raise PolicyError(f"policy: {key} is out of range", key=key)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"mode": self.mode, "dry_run": self.dry_run, "cooldown_s": self.cooldown_s, "cluster": self.cluster,
+                "budget": {"per_hour": self.budget_per_hour, "per_incident": self.budget_per_incident},
+                "breaker": {"max_drain_fraction": self.breaker_max_drain_fraction,
+                            "window_s": self.breaker_window_s, "cluster_nodes": self.cluster_nodes}}
+
+
+_TOP = {"mode": str, "dry_run": bool, "cooldown_s": (int, float), "cluster": str}
+_SECTIONS = {"budget": {"per_hour": int, "per_incident": int},
+             "breaker": {"max_drain_fraction": (int, float), "window_s": (int, float), "cluster_nodes": int}}
+
+
+def load_policy(path: Path | None, **overrides: Any) -> PolicyConfig:
+    """Read and validate a TOML policy file (``None``: defaults). ``overrides`` (e.g. mode) win."""
+    data: dict[str, Any] = {}
+    if path is not None:
+        try:
+            data = tomllib.loads(Path(path).read_text(encoding="utf-8"))
+        except FileNotFoundError as exc:
+            raise PolicyError("policy: file not found", path=str(path)) from exc
+        except tomllib.TOMLDecodeError as exc:
+            raise PolicyError(f"policy: not valid TOML: {exc}", path=str(path)) from exc
+    kw: dict[str, Any] = {}
+    for key, val in data.items():
+        if key in _TOP:
+            if not isinstance(val, _TOP[key]) or (isinstance(val, bool) and _TOP[key] is not bool):
+                raise PolicyError(f"policy: {key} has the wrong type ({type(val).__name__})", key=key, path=str(path))
+            kw[key] = val
+        elif key in _SECTIONS:
+            if not isinstance(val, dict):
+                raise PolicyError(f"policy: [{key}] must be a table", key=key, path=str(path))
+            for sub, sval in val.items():
+                want = _SECTIONS[key].get(sub)
+                if want is None:
+                    raise PolicyError(f"policy: unknown key {key}.{sub}", key=f"{key}.{sub}", path=str(path))
+                if not isinstance(sval, want) or isinstance(sval, bool):
+                    raise PolicyError(f"policy: {key}.{sub} has the wrong type ({type(sval).__name__})",
+                                      key=f"{key}.{sub}", path=str(path))
+                kw[f"{key}_{sub}" if key == "budget" else
+                   ("cluster_nodes" if sub == "cluster_nodes" else f"breaker_{sub}")] = sval
+        else:
+            raise PolicyError(f"policy: unknown key {key}", key=key, path=str(path))
+    kw.update({k: v for k, v in overrides.items() if v is not None})
+    try:
+        return PolicyConfig(**kw)
+    except PolicyError as exc:
+        if path is not None:
+            exc.context["path"] = str(path)
+        raise
+
+
+@dataclass(frozen=True)
+class Executed:
+    """One action that ran (or is running): what the budget, cooldown and breaker count."""
+
+    ts: float
+    kind: str
+    target: str
+    incident_id: str | None
+
+
+@dataclass(frozen=True)
+class PolicyState:
+    executed: tuple[Executed, ...] = ()
+    breaker_tripped: bool = False
+    breaker_reason: str = ""
+    cluster_nodes: int = 0
+    dry_runs: int = 0
+
+    def after(self, req: ActionRequest, now: float) -> PolicyState:
+        return replace(self, executed=(*self.executed, Executed(now, req.kind, req.target, req.incident_id)))
+
+    def used_last_hour(self, now: float) -> int:
+        return sum(1 for e in self.executed if now - HOUR_S < e.ts <= now)
+
+    def used_by_incident(self, incident_id: str | None) -> int:
+        return sum(1 for e in self.executed if incident_id is not None and e.incident_id == incident_id)
+
+    def drained_in_window(self, now: float, window_s: float) -> set[str]:
+        return {e.target for e in self.executed if e.kind == "drain_node" and now - window_s < e.ts <= now}
+
+    def snapshot(self, config: PolicyConfig, now: float) -> dict[str, Any]:
+        """The policy state that produced a decision (written into the decision record)."""
+        drained = sorted(self.drained_in_window(now, config.breaker_window_s))
+        return {"budget_used_hour": self.used_last_hour(now), "budget_per_hour": config.budget_per_hour,
+                "breaker_tripped": self.breaker_tripped, "breaker_reason": self.breaker_reason,
+                "drained_in_window": drained, "cluster_nodes": self.cluster_nodes or config.cluster_nodes,
+                "mode": config.mode, "dry_run": config.dry_run}
+
+
+@dataclass(frozen=True)
+class ActionRequest:
+    kind: str
+    target: str
+    incident_id: str | None
+    own_drain: bool = False     # resume_node of a node whose drain reason is ours
+
+
+@dataclass(frozen=True)
+class Verdict:
+    decision: str               # record_only | proposed | approved | denied | dry_run
+    reason: str
+    trip_breaker: bool = False
+    state: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def runs(self) -> bool:
+        return self.decision == "approved"
+
+
+def evaluate(config: PolicyConfig, state: PolicyState, req: ActionRequest, now: float,
+             *, approved_by_human: bool = False) -> Verdict:
+    """Decide one action. ``approved_by_human``: an operator approved it (approve mode)."""
+    snap = state.snapshot(config, now)
+    if req.kind not in EXECUTABLE_KINDS:
+        return Verdict("record_only", f"{req.kind} is not executed through Slurm", state=snap)
+    if config.mode == "monitor":
+        return Verdict("record_only", "monitor mode: proposals are recorded, never executed", state=snap)
+    if config.mode == "approve" and not approved_by_human:
+        return Verdict("proposed", "approve mode: waiting for an operator (recovery-logs approve ID)", state=snap)
+    if req.kind == "drain_node":
+        if state.breaker_tripped:
+            return Verdict("denied", f"circuit breaker is tripped ({state.breaker_reason}); "
+                           "run `recovery-logs slurm breaker-reset`", state=snap)
+        nodes = state.cluster_nodes or config.cluster_nodes
+        drained = state.drained_in_window(now, config.breaker_window_s) | {req.target}
+        if nodes <= 0:
+            return Verdict("denied", "circuit breaker: cluster size unknown (set breaker.cluster_nodes)", state=snap)
+        share = len(drained) / nodes
+        if share > config.breaker_max_drain_fraction:
+            return Verdict("denied", f"circuit breaker tripped: draining {req.target} would make {len(drained)} of "
+                           f"{nodes} nodes drained within {config.breaker_window_s:g} s "
+                           f"(> {config.breaker_max_drain_fraction:.0%})", trip_breaker=True, state=snap)
+    used = state.used_last_hour(now)
+    if used >= config.budget_per_hour:
+        return Verdict("denied", f"action budget spent: {used}/{config.budget_per_hour} in the last hour "
+                       f"(cluster {config.cluster})", state=snap)
+    per_inc = state.used_by_incident(req.incident_id)
+    if req.incident_id is not None and per_inc >= config.budget_per_incident:
+        return Verdict("denied", f"incident budget spent: {per_inc}/{config.budget_per_incident} actions "
+                       f"for {req.incident_id}", state=snap)
+    last = max((e.ts for e in state.executed if e.target == req.target), default=None)
+    if last is not None and now - last < config.cooldown_s and not req.own_drain:
+        return Verdict("denied", f"cooldown: {req.target} had an action {now - last:.0f} s ago "
+                       f"(cooldown {config.cooldown_s:g} s)", state=snap)
+    if config.dry_run:
+        return Verdict("dry_run", "dry-run: allowed by policy, not executed", state=snap)
+    why = "approved by an operator" if approved_by_human else "autonomous mode: within budget"
+    return Verdict("approved", why, state=snap)
+
+
+def replay_policy(config: PolicyConfig, state: PolicyState, requests: Iterable[tuple[float, ActionRequest]]
+                  ) -> tuple[PolicyState, list[Verdict]]:
+    """Evaluate a sequence of requests, applying each approved one (used by tests and simulations)."""
+    verdicts = []
+    for now, req in requests:
+        v = evaluate(config, state, req, now, approved_by_human=config.mode == "approve")
+        if v.runs:
+            state = state.after(req, now)
+        elif v.trip_breaker:
+            state = replace(state, breaker_tripped=True, breaker_reason=v.reason)
+        elif v.decision == "dry_run":
+            state = replace(state, dry_runs=state.dry_runs + 1)
+        verdicts.append(v)
+    return state, verdicts
+
+
+__all__ = ["EXECUTABLE_KINDS", "MODES", "ActionRequest", "Executed", "PolicyConfig", "PolicyState", "Verdict",
+           "evaluate", "load_policy", "replay_policy"]
