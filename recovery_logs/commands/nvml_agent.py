@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import socket
 from collections.abc import Callable
-from typing import Annotated, Any
+from typing import Annotated
 
 import polars as pl
 import typer
@@ -22,13 +22,7 @@ def _victorialogs_sink(to: str) -> Callable[[pl.DataFrame], None]:
                           "which is not available in this build", to=to) from exc
     from recovery_logs.sources.nvml import NvmlAgent
 
-    parsed: Any = parse_url(to)
-    base_url = parsed if isinstance(parsed, str) else getattr(parsed, "base_url", None)
-    if base_url is None and isinstance(parsed, tuple) and parsed:
-        base_url = parsed[0]
-    if not isinstance(base_url, str):
-        raise ConfigError("nvml-agent: cannot get a base URL from --to", to=to, parsed=parsed)
-    client = VictoriaLogsClient(base_url)
+    client = VictoriaLogsClient(parse_url(to))
 
     def sink(events: pl.DataFrame) -> None:
         client.insert_jsonline(NvmlAgent.vl_rows(events))
