@@ -82,7 +82,10 @@ class Incident:
     actions: tuple[ActionProposal, ...] = ()
     rule_ids: tuple[str, ...] = ()
     counts_by_rule: dict[str, int] = field(default_factory=dict)
-    status: str = "open"     # open | cleared
+    status: str = "open"     # open | cleared | flapping
+    pci: str | None = None
+    suggested_action: str = "investigate"   # EngineAction of the root-cause finding (input to plan)
+    scope: str = ""          # job id, or "host:<name>" when no job is known
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -91,7 +94,8 @@ class Incident:
             "confidence": round(self.confidence, 4),
             "first_seen": ns_to_iso(self.first_seen), "last_seen": ns_to_iso(self.last_seen),
             "detected_at": ns_to_iso(self.detected_at), "count": self.count, "nodes": list(self.nodes),
-            "status": self.status, "rule_ids": list(self.rule_ids),
+            "status": self.status, "pci": self.pci, "suggested_action": self.suggested_action,
+            "rule_ids": list(self.rule_ids),
             "counts_by_rule": dict(sorted(self.counts_by_rule.items())),
             "evidence": [e.to_dict() for e in self.evidence],
             "candidates": [c.to_dict() for c in self.candidates],

@@ -1,0 +1,84 @@
+"""Engine configuration: frozen, validated, one loader. A missing config file is an error."""
+
+from __future__ import annotations
+
+import tomllib
+from dataclasses import dataclass, fields, replace
+from pathlib import Path
+from typing import Any
+
+from recovery_logs.errors import ConfigError
+
+
+@dataclass(frozen=True)
+class EngineConfig:
+    """Knobs of the detection core (pure stages). Durations are seconds.
+
+    window_s            width of the tumbling event-time windows (per host, job)
+    incident_gap_s      findings of one job (or host) further apart than this start a new incident;
+                        larger than the NCCL watchdog (600 s) so a fault and the timeouts it causes
+                        10 minutes later stay one incident
+    lateness_s          allowed lateness of events behind the watermark (watch)
+    evidence_max        evidence lines kept per incident
+    drain_min_confidence  below this, a proposed drain is downgraded to `investigate`
+    job_span_grace_s    a kernel finding on a host is attributed to a job seen on that host within this
+                        many seconds of the job's first/last line
+    repeat_app_xid_jobs XID 13/31 on one GPU in at least this many distinct jobs escalates to investigate
+    detectors           behavioural detectors to run (names of recovery_logs.detectors modules)
+    gpus_per_node       for rank -> local GPU mapping when logs do not say
+    """
+
+    window_s: float = 60.0
+    incident_gap_s: float = 900.0
+    lateness_s: float = 30.0
+    evidence_max: int = 8
+    drain_min_confidence: float = 0.55
+    job_span_grace_s: float = 900.0
+    repeat_app_xid_jobs: int = 2
+    detectors: tuple[str, ...] = ("hangs", "stragglers")
+    gpus_per_node: int = 8
+    rules_dir: Path | None = None
+    models_dir: Path | None = None
+
+    def __post_init__(self) -> None:
+        for name in ("window_s", "incident_gap_s", "job_span_grace_s"):
+            if getattr(self, name) <= 0:
+                raise ConfigError(f"engine config: {name} must be > 0", value=getattr(self, name))
+        if self.lateness_s < 0:
+            raise ConfigError("engine config: lateness_s must be >= 0", value=self.lateness_s)
+        if not 0.0 <= self.drain_min_confidence <= 1.0:
+            raise ConfigError("engine config: drain_min_confidence must be within [0, 1]",
+                              value=self.drain_min_confidence)
+        if self.evidence_max < 1:
+            raise ConfigError("engine config: evidence_max must be >= 1", value=self.evidence_max)
+
+    def with_(self, **changes: Any) -> EngineConfig:
+        return replace(self, **changes)
+
+
+def load_config(path: Path | str | None) -> EngineConfig:
+    """Load `[engine]` from a TOML file. None gives the defaults; a missing file is an error."""
+    if path is None:
+        return EngineConfig()
+    p = Path(path)
+    if not p.is_file():
+        raise ConfigError("config file not found", path=str(p))
+    try:
+        data = tomllib.loads(p.read_text(encoding="utf-8"))
+    except (OSError, tomllib.TOMLDecodeError) as exc:
+        raise ConfigError(f"config file is not valid TOML: {exc}", path=str(p)) from exc
+    section = data.get("engine", {})
+    known = {f.name for f in fields(EngineConfig)}
+    unknown = sorted(set(section) - known)
+    if unknown:
+        raise ConfigError("unknown keys in [engine]", path=str(p), keys=unknown)
+    kw: dict[str, Any] = dict(section)
+    for k in ("rules_dir", "models_dir"):
+        if kw.get(k) is not None:
+            kw[k] = (p.parent / kw[k]).resolve()
+    if "detectors" in kw:
+        kw["detectors"] = tuple(kw["detectors"])
+    try:
+        return EngineConfig(**kw)
+    except TypeError as exc:
+        raise ConfigError(f"invalid [engine] section: {exc}", path=str(p)) from exc

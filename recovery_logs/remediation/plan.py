@@ -1,0 +1,78 @@
+"""Incident → proposed recovery actions. Pure.
+
+The root-cause finding's engine action (from the rule pack / XID catalog) decides the shape:
+
+=========================  ==================================================================
+engine action              proposals
+=========================  ==================================================================
+drain_node_and_requeue     drain_node(culprit), requeue_job(job, excluding the culprit)
+reset_gpu                  drain_node(culprit, "GPU reset required"), reset_gpu(node:gpu),
+                           requeue_job(job, excluding the culprit)
+requeue_only               requeue_job(job)
+cancel_job                 cancel_job(job)
+investigate                investigate(node or job)
+none_user_bug / none       none — the application is at fault; no node action
+=========================  ==================================================================
+
+Safety: a drain needs a named culprit with its own fault line and confidence of at least
+``drain_min_confidence``; otherwise it is downgraded to ``investigate``. A cleared incident
+proposes nothing but ``none``. Replay marks every proposal ``record_only``.
+"""
+
+from __future__ import annotations
+
+from recovery_logs.config import EngineConfig
+from recovery_logs.model import ActionProposal, Incident
+from recovery_logs.schema import ActionKind
+
+RECORD_ONLY = "record_only"
+
+
+def _reason(inc: Incident) -> str:
+    where = f" on {inc.node}" + (f" GPU {inc.gpu}" if inc.gpu is not None else "") if inc.node else ""
+    return f"{inc.cause}{where} (confidence {inc.confidence:.2f})"
+
+
+def plan(inc: Incident, config: EngineConfig, decision: str = RECORD_ONLY) -> tuple[ActionProposal, ...]:
+    reason = _reason(inc)
+    a = inc.suggested_action
+
+    def p(kind: ActionKind, target: str | None, why: str = reason, exclude: tuple[str, ...] = ()) -> ActionProposal:
+        return ActionProposal(kind=kind.value, target=target, decision=decision, reason=why,
+                              incident_id=inc.id, exclude=exclude)
+
+    if inc.status == "cleared":
+        return (p(ActionKind.NONE, None, f"cleared by a later event: {reason}"),)
+    if a in ("none_user_bug", "none"):
+        who = "application error" if a == "none_user_bug" else "no action needed"
+        return (p(ActionKind.NONE, inc.job_id, f"{who}, no node action: {reason}"),)
+    node_ok = inc.node is not None and inc.confidence >= config.drain_min_confidence
+    culprit = (inc.node,) if inc.node else ()
+    out: list[ActionProposal] = []
+    if a == "drain_node_and_requeue":
+        if node_ok:
+            out.append(p(ActionKind.DRAIN_NODE, inc.node))
+        else:
+            out.append(p(ActionKind.INVESTIGATE, inc.node or inc.job_id,
+                         f"drain withheld (no confident culprit): {reason}"))
+        if inc.job_id:
+            out.append(p(ActionKind.REQUEUE_JOB, inc.job_id, exclude=culprit if node_ok else ()))
+    elif a == "reset_gpu":
+        if node_ok:
+            out.append(p(ActionKind.DRAIN_NODE, inc.node, f"GPU reset required: {reason}"))
+            out.append(p(ActionKind.RESET_GPU, f"{inc.node}:{inc.gpu}" if inc.gpu is not None else inc.node))
+        else:
+            out.append(p(ActionKind.INVESTIGATE, inc.node or inc.job_id,
+                         f"GPU reset withheld (no confident culprit): {reason}"))
+        if inc.job_id:
+            out.append(p(ActionKind.REQUEUE_JOB, inc.job_id, exclude=culprit if node_ok else ()))
+    elif a == "requeue_only":
+        if inc.job_id:
+            out.append(p(ActionKind.REQUEUE_JOB, inc.job_id))
+        else:
+            out.append(p(ActionKind.INVESTIGATE, inc.node, reason))
+    elif a == "cancel_job":
+        out.append(p(ActionKind.CANCEL_JOB, inc.job_id) if inc.job_id else p(ActionKind.INVESTIGATE, inc.node))
+    else:
+        out.append(p(ActionKind.INVESTIGATE, inc.node or inc.job_id))
+    return tuple(out)

@@ -1,0 +1,178 @@
+"""Reports: the rich terminal report and the Markdown report of a replay.
+
+Domain objects render themselves (``IncidentView.__rich__``); tests render at a fixed width and
+compare exact text.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import polars as pl
+from rich.console import Group
+from rich.panel import Panel
+from rich.table import Table
+from rich.text import Text
+
+from recovery_logs.model import Incident
+from recovery_logs.timeutil import ns_to_iso
+
+SEV_STYLE = {"critical": "bold red", "high": "red", "medium": "yellow", "low": "cyan", "info": "dim"}
+ROLE_MARK = {"cause": ("X", 4), "symptom": ("s", 3), "breadcrumb": ("b", 2), "info": ("i", 1), "clear": ("c", 1),
+             "progress": ("·", 0)}
+
+
+def _t(ns: int | None) -> str:
+    s = ns_to_iso(ns)
+    return "-" if s is None else s.replace("T", " ")[:23]
+
+
+def _where(i: Incident) -> str:
+    if not i.node:
+        return "-"
+    return i.node + (f" gpu{i.gpu}" if i.gpu is not None else "")
+
+
+def _actions(i: Incident) -> str:
+    parts = []
+    for a in i.actions:
+        tgt = f"({a.target})" if a.target else ""
+        excl = f" excl {','.join(a.exclude)}" if a.exclude else ""
+        parts.append(f"{a.kind}{tgt}{excl}")
+    return "; ".join(parts) or "-"
+
+
+class IncidentView:
+    def __init__(self, inc: Incident, rank: int) -> None:
+        self.inc, self.rank = inc, rank
+
+    def __rich__(self) -> Panel:
+        i = self.inc
+        head = Text.assemble((f"#{self.rank} ", "bold"), (i.severity.upper(), SEV_STYLE.get(i.severity, "")),
+                             f"  {i.category}  ", (i.cause, "bold"))
+        meta = Table.grid(padding=(0, 2))
+        meta.add_column(style="dim")
+        meta.add_column()
+        meta.add_row("culprit", _where(i) + (f"  pci {i.pci}" if i.pci else ""))
+        meta.add_row("job", i.job_id or "-")
+        meta.add_row("confidence", f"{i.confidence:.2f}   status {i.status}")
+        meta.add_row("first seen", _t(i.first_seen))
+        meta.add_row("detected at", f"{_t(i.detected_at)}  (+{(i.detected_at - i.first_seen) / 1e9:.3f} s)")
+        meta.add_row("lines", f"{i.count} across {len(i.nodes)} node(s)")
+        meta.add_row("actions", _actions(i) + "  [record only]" if i.actions and
+                     all(a.decision == "record_only" for a in i.actions) else _actions(i))
+        cand = Table(show_header=True, header_style="bold", box=None, pad_edge=False)
+        cand.add_column("candidate")
+        cand.add_column("score", justify="right")
+        cand.add_column("why")
+        for c in i.candidates[:4]:
+            cand.add_row(c.node or "(job)", f"{c.score:.2f}", c.cause)
+        ev = Table(show_header=True, header_style="bold", box=None, pad_edge=False)
+        ev.add_column("time", no_wrap=True)
+        ev.add_column("node", no_wrap=True)
+        ev.add_column("evidence", overflow="fold")
+        for e in i.evidence:
+            ev.add_row(_t(e.time)[11:], e.node or "-", e.message.splitlines()[0][:200] if e.message else "")
+        return Panel(Group(meta, Text(""), cand, Text(""), ev), title=head, title_align="left")
+
+
+def timeline(findings: pl.DataFrame, first_ns: int | None, last_ns: int | None, width: int = 60) -> Table:
+    """Per-node timeline: one character per time bucket, the strongest role seen there."""
+    t = Table(title="per-node timeline (X cause, s symptom, b breadcrumb, i info, · progress)", box=None,
+              show_header=False, pad_edge=False)
+    t.add_column("node", no_wrap=True, style="bold")
+    t.add_column("timeline", no_wrap=True)
+    if first_ns is None or last_ns is None or findings.height == 0:
+        return t
+    span = max(1, last_ns - first_ns)
+    f = (findings.filter(pl.col("host").is_not_null() & pl.col("time").is_not_null())
+         .with_columns(((pl.col("time").dt.epoch("ns") - first_ns) * (width - 1) // span)
+                       .clip(0, width - 1).alias("b"))
+         .group_by(["host", "b", "role"]).agg(pl.len()))
+    cells: dict[str, list[tuple[str, int]]] = {}
+    for host, b, role, _n in f.sort(["host", "b"]).iter_rows():
+        row = cells.setdefault(host, [(" ", -1)] * width)
+        mark = ROLE_MARK.get(role, ("?", 0))
+        if mark[1] > row[b][1]:
+            row[b] = mark
+    for host in sorted(cells):
+        txt = Text()
+        for ch, prio in cells[host]:
+            txt.append(ch, style={4: "bold red", 3: "yellow", 2: "magenta"}.get(prio, "dim"))
+        t.add_row(host, txt)
+    t.add_row("", Text(f"{_t(first_ns)[11:19]}{' ' * max(1, width - 16)}{_t(last_ns)[11:19]}", style="dim"))
+    return t
+
+
+def summary_table(summary: dict[str, Any]) -> Table:
+    t = Table.grid(padding=(0, 2))
+    t.add_column(style="dim")
+    t.add_column()
+    keys = ["files", "lines", "events", "findings", "incidents", "malformed", "quarantined", "duplicates",
+            "out_of_order", "first_event", "last_event"]
+    for k in keys:
+        if k in summary:
+            t.add_row(k, str(summary[k]))
+    return t
+
+
+def terminal_report(result: Any, max_incidents: int = 10) -> Group:
+    """The rich renderable of a ReplayResult."""
+    parts: list[Any] = [Text("recovery-logs replay", style="bold"), summary_table(result.summary), Text("")]
+    incs = result.incidents
+    if not incs:
+        parts.append(Text("No incidents: nothing needs recovery.", style="green"))
+    else:
+        ranked = Table(title="incidents, most important first", header_style="bold")
+        for col in ("#", "severity", "category", "culprit", "job", "conf", "detected", "proposed actions"):
+            ranked.add_column(col, overflow="fold")
+        for n, i in enumerate(incs, 1):
+            ranked.add_row(str(n), Text(i.severity, SEV_STYLE.get(i.severity, "")), i.category, _where(i),
+                           i.job_id or "-", f"{i.confidence:.2f}", _t(i.detected_at)[11:], _actions(i))
+        parts.append(ranked)
+        parts.extend(IncidentView(i, n) for n, i in enumerate(incs[:max_incidents], 1))
+    eng = result.engine
+    first = _parse(result.summary.get("first_event"))
+    parts.append(timeline(eng.all_findings(), first, eng.max_time_ns))
+    return Group(*parts)
+
+
+def _parse(s: str | None) -> int | None:
+    if not s:
+        return None
+    from recovery_logs.timeutil import iso_to_ns
+
+    return iso_to_ns(s)
+
+
+def markdown_report(result: Any) -> str:
+    s = result.summary
+    lines = ["# recovery-logs replay report", "",
+             f"{s.get('events')} events from {s.get('files')} file(s), {s.get('quarantined')} quarantined, "
+             f"{s.get('incidents')} incident(s). Replay records proposals; it never acts on a cluster.", ""]
+    if not result.incidents:
+        lines += ["No incidents: nothing needs recovery.", ""]
+    else:
+        lines += ["| # | severity | category | culprit | job | confidence | detected at | proposed actions |",
+                  "|---|---|---|---|---|---|---|---|"]
+        for n, i in enumerate(result.incidents, 1):
+            lines.append(f"| {n} | {i.severity} | {i.category} | {_where(i)} | {i.job_id or '-'} | "
+                         f"{i.confidence:.2f} | {_t(i.detected_at)} | {_actions(i).replace('|', '/')} |")
+        lines.append("")
+        for n, i in enumerate(result.incidents, 1):
+            lines += [f"## {n}. {i.cause}", "",
+                      f"- category: `{i.category}`, severity: {i.severity}, status: {i.status}",
+                      f"- culprit: {_where(i)}" + (f" (PCI {i.pci})" if i.pci else ""),
+                      f"- job: {i.job_id or '-'}, confidence {i.confidence:.2f}",
+                      f"- first seen {_t(i.first_seen)}, detected at {_t(i.detected_at)}, "
+                      f"last seen {_t(i.last_seen)}; {i.count} line(s) on {', '.join(i.nodes) or '-'}",
+                      "", "| candidate | score | cause |", "|---|---|---|"]
+            lines += [f"| {c.node or '(job)'} | {c.score:.2f} | {c.cause} |" for c in i.candidates]
+            lines += ["", "| kind | target | decision | reason |", "|---|---|---|---|"]
+            lines += [f"| {a.kind} | {a.target or '-'} | {a.decision} | {a.reason.replace('|', '/')} |"
+                      for a in i.actions]
+            lines += ["", "Evidence:", "", "```"]
+            lines += [f"{_t(e.time)} {e.node or '-'} {e.message.splitlines()[0] if e.message else ''}"
+                      for e in i.evidence]
+            lines += ["```", ""]
+    return "\n".join(lines) + "\n"

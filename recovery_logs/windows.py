@@ -1,0 +1,123 @@
+"""Events and findings → per (host, job, window) features. Pure functions of frames.
+
+Windows are tumbling event-time windows of ``window_s`` seconds, keyed by
+``(host, job_id, window_start)``. Every column is an associative aggregate (sum, min, max), so
+windows computed per batch and merged with :func:`merge_windows` equal the windows of all events
+at once — the property that lets replay and watch share one code path.
+"""
+
+from __future__ import annotations
+
+import polars as pl
+
+from recovery_logs.schema import PROGRESS_CATEGORY, TIME, Category
+
+CATEGORY_COLUMNS = [f"n_{c.value}" for c in Category]
+KEYS = ["host", "job_id", "window_start"]
+
+WINDOW_SCHEMA: dict[str, pl.DataType] = {
+    "host": pl.String,
+    "job_id": pl.String,
+    "window_start": TIME,
+    "lines": pl.Int64,
+    "first_time": TIME,
+    "last_time": TIME,
+    "findings": pl.Int64,
+    "progress": pl.Int64,
+    "last_progress": TIME,
+    **{c: pl.Int64 for c in CATEGORY_COLUMNS},
+}
+
+_SUM = ["lines", "findings", "progress", *CATEGORY_COLUMNS]
+_MIN = ["first_time"]
+_MAX = ["last_time", "last_progress"]
+
+SPAN_SCHEMA: dict[str, pl.DataType] = {"host": pl.String, "job_id": pl.String, "first": TIME, "last": TIME,
+                                        "lines": pl.Int64}
+
+
+def empty_windows() -> pl.DataFrame:
+    return pl.DataFrame(schema=WINDOW_SCHEMA)
+
+
+def empty_spans() -> pl.DataFrame:
+    return pl.DataFrame(schema=SPAN_SCHEMA)
+
+
+def window_counts(events: pl.DataFrame, findings: pl.DataFrame, window_s: float) -> pl.DataFrame:
+    """Per-window line counts (from events) joined with per-category finding counts."""
+    every = f"{int(window_s * 1_000_000)}us"
+    ev = events.filter(pl.col("time").is_not_null())
+    lines = (ev.with_columns(pl.col("time").dt.truncate(every).alias("window_start"))
+             .group_by(KEYS)
+             .agg(pl.len().cast(pl.Int64).alias("lines"), pl.col("time").min().alias("first_time"),
+                  pl.col("time").max().alias("last_time")))
+    fi = findings.filter(pl.col("time").is_not_null()).with_columns(
+        pl.col("time").dt.truncate(every).alias("window_start"))
+    is_prog = pl.col("category") == PROGRESS_CATEGORY
+    cat_aggs = [(pl.col("category") == c.value).sum().cast(pl.Int64).alias(f"n_{c.value}") for c in Category]
+    fagg = fi.group_by(KEYS).agg(
+        (~is_prog).sum().cast(pl.Int64).alias("findings"),
+        is_prog.sum().cast(pl.Int64).alias("progress"),
+        pl.col("time").filter(is_prog).max().alias("last_progress"),
+        *cat_aggs,
+    )
+    out = lines.join(fagg, on=KEYS, how="full", coalesce=True, nulls_equal=True)
+    out = out.with_columns(
+        [pl.col(c).fill_null(0) for c in _SUM],
+    )
+    return _conform(out)
+
+
+def merge_windows(acc: pl.DataFrame, new: pl.DataFrame) -> pl.DataFrame:
+    """Merge two window frames (associative, commutative)."""
+    if acc.height == 0:
+        return _sort(new)
+    if new.height == 0:
+        return acc
+    both = pl.concat([acc, new], how="vertical")
+    merged = both.group_by(KEYS).agg(
+        *[pl.col(c).sum() for c in _SUM],
+        *[pl.col(c).min() for c in _MIN],
+        *[pl.col(c).max() for c in _MAX],
+    )
+    return _sort(_conform(merged))
+
+
+def job_spans(events: pl.DataFrame) -> pl.DataFrame:
+    """(host, job_id) → first/last event time and line count, for lines that name both."""
+    ev = events.filter(pl.col("host").is_not_null() & pl.col("job_id").is_not_null()
+                       & pl.col("time").is_not_null())
+    out = ev.group_by(["host", "job_id"]).agg(pl.col("time").min().alias("first"),
+                                              pl.col("time").max().alias("last"),
+                                              pl.len().cast(pl.Int64).alias("lines"))
+    return out.select(list(SPAN_SCHEMA)).cast(SPAN_SCHEMA)
+
+
+def merge_spans(acc: pl.DataFrame, new: pl.DataFrame) -> pl.DataFrame:
+    if acc.height == 0:
+        return new.sort(["host", "job_id"])
+    if new.height == 0:
+        return acc
+    return (pl.concat([acc, new]).group_by(["host", "job_id"])
+            .agg(pl.col("first").min(), pl.col("last").max(), pl.col("lines").sum())
+            .select(list(SPAN_SCHEMA)).sort(["host", "job_id"]))
+
+
+def silence(windows: pl.DataFrame, watermark_ns: int) -> pl.DataFrame:
+    """Per (host, job_id): seconds since the last progress line at the watermark (null if none)."""
+    wm = pl.lit(watermark_ns).cast(pl.Datetime("ns")).dt.replace_time_zone("UTC")
+    return (windows.group_by(["host", "job_id"])
+            .agg(pl.col("last_progress").max(), pl.col("progress").sum())
+            .with_columns(((wm - pl.col("last_progress")).dt.total_nanoseconds() / 1e9)
+                          .alias("silence_s"))
+            .sort(["host", "job_id"], nulls_last=True))
+
+
+def _conform(df: pl.DataFrame) -> pl.DataFrame:
+    exprs = [pl.col(k).cast(v) if k in df.columns else pl.lit(None, v).alias(k) for k, v in WINDOW_SCHEMA.items()]
+    return df.select(exprs)
+
+
+def _sort(df: pl.DataFrame) -> pl.DataFrame:
+    return df.sort(KEYS, nulls_last=True)
