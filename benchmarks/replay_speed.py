@@ -1,0 +1,191 @@
+"""Replay throughput against ripgrep and a plain Python `re` loop with the same rules, in one run.
+
+    python benchmarks/replay_speed.py [--lines 1500000] [--out bench-out/replay]
+
+Generates ~1.5 M mixed log lines (kernel syslog per node + job output with NCCL chatter, Megatron
+progress lines and ~3 % fault lines), then measures, on the same files:
+
+* ``rg``       ripgrep counting lines that match any rule pattern (``rg -c -f patterns``)
+* ``python-re`` a per-line loop over the same compiled patterns (``re``)
+* ``replay``   ``recovery-logs replay`` end to end (read, parse, match, windows, detect, attribute)
+
+and prints lines/s and the ratios replay/rg and replay/python-re. Peak memory of replay is
+measured in a child process at 1/3, 2/3 and all of the input to show it stays flat.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import re
+import resource
+import shutil
+import subprocess
+import sys
+import time
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+NODES = [f"gpu-n{n:03d}" for n in range(1, 17)]
+
+
+def generate(out: Path, total_lines: int, seed: int = 7) -> list[Path]:
+    """Write per-node kern.log and job output files; return the file list."""
+    rnd = random.Random(seed)
+    out.mkdir(parents=True, exist_ok=True)
+    t0 = datetime(2026, 11, 29, 0, 0, 0, tzinfo=UTC)
+    per_node = total_lines // len(NODES)
+    files = []
+    for ni, host in enumerate(NODES):
+        kdir = out / "nodes" / host
+        kdir.mkdir(parents=True, exist_ok=True)
+        jdir = out / "job-900100"
+        jdir.mkdir(parents=True, exist_ok=True)
+        kern, job = [], []
+        n_kern = per_node // 4
+        for i in range(n_kern):
+            t = t0 + timedelta(milliseconds=i * 337 + ni)
+            up = 86000 + i * 0.337
+            r = rnd.random()
+            if r < 0.01:
+                msg = f"NVRM: Xid (PCI:0000:{rnd.choice(['18', '2a', '3a', 'ab'])}:00): {rnd.choice([13, 31, 43, 45, 48, 63, 79, 94, 119])}, pid={rnd.randint(1000, 99999)}, name=python3, Ch 00000010"
+            elif r < 0.02:
+                msg = "mlx5_core 0000:0c:00.0 ibp12s0: Link down"
+            elif r < 0.03:
+                msg = "pcieport 0000:00:01.0: AER: Corrected error received: 0000:01:00.0"
+            elif r < 0.5:
+                msg = f"audit: type=1400 audit({1795920000 + i}.123:{i}): apparmor=\"DENIED\" operation=\"open\" profile=\"snap.lxd\" name=\"/proc/{i}/status\""
+            else:
+                msg = f"systemd-journald[{400 + ni}]: Data hash table of /run/log/journal/{i:08x}/system.journal has a fill level at 75.0 ({i} of {i + 1000} items, 25165824 file size, 524 bytes per hash table item), suggesting rotation."
+            kern.append(f"{t.strftime('%b %d %H:%M:%S')} {host} kernel: [{up:12.6f}] {msg}")
+        for i in range(per_node - n_kern):
+            t = t0 + timedelta(milliseconds=i * 113 + ni)
+            r = rnd.random()
+            g = i % 8
+            if r < 0.02:
+                line = (f"[rank{ni * 8 + g}]:[E{t.strftime('%m%d %H:%M:%S')}.{t.microsecond:06d}000 ProcessGroupNCCL.cpp:616] "
+                        f"[Rank {ni * 8 + g}] Watchdog caught collective operation timeout: WorkNCCL(SeqNum={i}, "
+                        "OpType=ALLREDUCE, NumelIn=16777216, NumelOut=16777216, Timeout(ms)=600000) ran for 600047 "
+                        "milliseconds before timing out.")
+            elif r < 0.03:
+                line = (f"[{t.strftime('%Y-%m-%d %H:%M:%S')}] iteration {i:8d}/  500000 | consumed samples: {i * 512:12d} | "
+                        f"elapsed time per iteration (ms): {800 + rnd.random() * 30:.1f} | learning rate: 1.500000E-04 | "
+                        "global batch size:   512 | lm loss: 5.123456E+00 | loss scale: 1.0 | grad norm: 1.234 |")
+            else:
+                line = (f"{host}:{52731 + g}:{52731 + g} [{g}] NCCL INFO Channel {i % 32:02d}/0 : {ni * 8 + g}[{g}] -> "
+                        f"{(ni * 8 + g + 1) % 128}[{(g + 1) % 8}] via P2P/CUMEM/read")
+            job.append(line)
+        kp, jp = kdir / "kern.log", jdir / f"{host}.out"
+        kp.write_text("\n".join(kern) + "\n")
+        jp.write_text("\n".join(job) + "\n")
+        files += [kp, jp]
+    return files
+
+
+def rule_patterns() -> list[str]:
+    from recovery_logs.rulepack import load_packs
+
+    pack = load_packs()
+    return [p for r in pack.rules for p in r.patterns]
+
+
+def count_lines(files: list[Path]) -> int:
+    n = 0
+    for f in files:
+        with f.open("rb") as fh:
+            n += sum(buf.count(b"\n") for buf in iter(lambda: fh.read(1 << 20), b""))
+    return n
+
+
+def bench_rg(files: list[Path], patterns: list[str], workdir: Path) -> tuple[float, int]:
+    rg = shutil.which("rg")
+    if rg is None:
+        raise SystemExit("ripgrep (rg) is not installed: apt-get install ripgrep")
+    pf = workdir / "patterns.txt"
+    pf.write_text("\n".join(patterns) + "\n")
+    t = time.perf_counter()
+    p = subprocess.run([rg, "-c", "--no-filename", "-f", str(pf), *map(str, files)], capture_output=True, text=True,
+                       check=False)
+    el = time.perf_counter() - t
+    if p.returncode not in (0, 1):
+        raise SystemExit(f"rg failed: {p.stderr[:500]}")
+    return el, sum(int(x) for x in p.stdout.split())
+
+
+def bench_python_re(files: list[Path], patterns: list[str]) -> tuple[float, int]:
+    compiled = []
+    for p in patterns:
+        try:
+            compiled.append(re.compile(p))
+        except re.error:
+            compiled.append(re.compile(re.escape(p)))
+    t = time.perf_counter()
+    hits = 0
+    for f in files:
+        with f.open(encoding="utf-8", errors="replace") as fh:
+            for line in fh:
+                for c in compiled:
+                    if c.search(line):
+                        hits += 1
+                        break
+    return time.perf_counter() - t, hits
+
+
+def bench_replay_child(paths: list[str]) -> dict:
+    """Run replay in a child process; return its wall time, peak RSS and summary."""
+    code = (
+        "import json,resource,sys,time\n"
+        "from recovery_logs.pipeline import replay\n"
+        "t=time.perf_counter(); r=replay(sys.argv[1:]); el=time.perf_counter()-t\n"
+        "print(json.dumps({'elapsed_s':el,'peak_rss_mb':resource.getrusage(resource.RUSAGE_SELF).ru_maxrss/1024,"
+        "'events':r.summary['events'],'findings':r.summary['findings'],'incidents':r.summary['incidents']}))\n"
+    )
+    p = subprocess.run([sys.executable, "-c", code, *paths], capture_output=True, text=True, check=False,
+                       env={**os.environ, "POLARS_MAX_THREADS": os.environ.get("POLARS_MAX_THREADS", "2")})
+    if p.returncode != 0:
+        raise SystemExit(f"replay failed: {p.stderr[-2000:]}")
+    return json.loads(p.stdout.strip().splitlines()[-1])
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--lines", type=int, default=1_500_000)
+    ap.add_argument("--out", type=Path, default=Path("bench-out/replay"))
+    ap.add_argument("--no-memory", action="store_true", help="skip the memory-growth runs")
+    args = ap.parse_args()
+    results: dict = {}
+    for frac in ((1, 3), (2, 3), (3, 3)) if not args.no_memory else ((3, 3),):
+        n = args.lines * frac[0] // frac[1]
+        d = args.out / f"lines-{n}"
+        if not d.exists():
+            generate(d, n)
+        files = sorted(p for p in d.rglob("*") if p.is_file())
+        results[n] = {"files": files, "lines": count_lines(files)}
+    full = max(results)
+    files, lines = results[full]["files"], results[full]["lines"]
+    patterns = rule_patterns()
+    print(f"input: {lines:,} lines in {len(files)} files, {sum(f.stat().st_size for f in files) / 1e6:.0f} MB; "
+          f"{len(patterns)} rule patterns")
+    rg_s, rg_hits = bench_rg(files, patterns, args.out)
+    py_s, py_hits = bench_python_re(files, patterns)
+    rep = bench_replay_child([str(args.out / f"lines-{full}")])
+    rows = [("ripgrep (rg -c -f)", rg_s, rg_hits), ("python re loop", py_s, py_hits),
+            ("recovery-logs replay", rep["elapsed_s"], rep["findings"])]
+    print(f"{'tool':24s} {'seconds':>9s} {'lines/s':>12s} {'matches':>9s}")
+    for name, s, h in rows:
+        print(f"{name:24s} {s:9.2f} {lines / s:12,.0f} {h:9,d}")
+    print(f"ratio replay/ripgrep lines/s:  {rg_s / rep['elapsed_s']:.2f}x")
+    print(f"ratio replay/python-re lines/s: {py_s / rep['elapsed_s']:.2f}x")
+    print(f"replay: {rep['events']:,} events, {rep['incidents']} incidents, peak RSS {rep['peak_rss_mb']:.0f} MB")
+    if not args.no_memory:
+        print("memory vs input size (replay peak RSS):")
+        for n in sorted(results):
+            r = rep if n == full else bench_replay_child([str(args.out / f"lines-{n}")])
+            print(f"  {results[n]['lines']:>10,} lines  {r['peak_rss_mb']:7.0f} MB  {r['elapsed_s']:6.2f} s")
+    print(f"(this process peak RSS {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f} MB)")
+
+
+if __name__ == "__main__":
+    main()
