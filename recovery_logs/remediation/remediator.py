@@ -1,0 +1,395 @@
+"""Remediator: incidents with proposals -> policy decisions -> (write-ahead) execution -> audit.
+
+State lives in the state dir's ``audit.db``: the append-only ``audit`` table, the ``actions``
+table (one row per idempotency key: the queue and its outcome) and ``kv`` (breaker, counters).
+
+Commit order for one action (each step its own transaction):
+
+1. ``proposal`` + ``decision`` records and the ``actions`` row (status ``queued`` when the
+   policy approved it; the budget is consumed here, once, whatever the retries).
+2. claim (``queued`` -> ``running``, attempts + 1) together with the ``intent`` record.
+3. run the executor (it observes first, so a repeated attempt never doubles the effect).
+4. ``result`` record together with the new status (``done``/``noop``/``not_owner``/``skipped``/
+   ``failed``), or back to ``queued`` with a backoff when Slurm is unreachable.
+
+A crash between 2 and 4 leaves an intent without a result; ``reconcile()`` (run at start-up)
+observes Slurm and closes it (``reconcile`` record), or puts the action back in the queue.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from recovery_logs.audit import AuditLog
+from recovery_logs.errors import PolicyError, SlurmError, SlurmUnavailable, UnsafeTargetError
+from recovery_logs.model import ActionProposal, Incident
+from recovery_logs.remediation.executor import SlurmExecutor
+from recovery_logs.remediation.policy import (
+    EXECUTABLE_KINDS,
+    ActionRequest,
+    Executed,
+    PolicyConfig,
+    PolicyState,
+    evaluate,
+    load_policy,
+)
+from recovery_logs.sources.slurm import CommandRunner, SlurmClient
+
+_ACTIONS = """
+CREATE TABLE IF NOT EXISTS actions (
+    id TEXT PRIMARY KEY, idem_key TEXT UNIQUE NOT NULL, kind TEXT NOT NULL, target TEXT,
+    incident_id TEXT, exclude TEXT NOT NULL DEFAULT '[]', cause TEXT NOT NULL DEFAULT '',
+    status TEXT NOT NULL, decision TEXT NOT NULL, reason TEXT NOT NULL DEFAULT '',
+    attempts INTEGER NOT NULL DEFAULT 0, next_attempt_ts REAL NOT NULL DEFAULT 0, baseline INTEGER,
+    created_ts REAL NOT NULL, updated_ts REAL NOT NULL, executed_ts REAL, result TEXT
+);
+CREATE INDEX IF NOT EXISTS actions_status ON actions(status);
+"""
+_COLS = ("id", "idem_key", "kind", "target", "incident_id", "exclude", "cause", "status", "decision", "reason",
+         "attempts", "next_attempt_ts", "baseline", "created_ts", "updated_ts", "executed_ts", "result")
+TERMINAL = frozenset({"done", "noop", "not_owner", "skipped", "failed", "rejected", "denied", "dry_run",
+                      "record_only"})
+
+
+def action_id(idem_key: str) -> str:
+    return "act-" + hashlib.sha256(idem_key.encode()).hexdigest()[:10]
+
+
+@dataclass(frozen=True)
+class Decision:
+    """What happened to one proposal (returned by handle/approve/reject)."""
+
+    action_id: str
+    incident_id: str | None
+    kind: str
+    target: str | None
+    decision: str                # record_only | proposed | approved | rejected | denied | dry_run
+    status: str                  # the action row's status after this call
+    reason: str
+    exclude: tuple[str, ...] = ()
+    result: dict[str, Any] = field(default_factory=dict)
+
+    def proposal(self) -> ActionProposal:
+        return ActionProposal(self.kind, self.target, self.decision, self.reason, self.incident_id, self.exclude)
+
+    def __rich__(self) -> str:
+        ex = f" (exclude {','.join(self.exclude)})" if self.exclude else ""
+        return f"{self.action_id} {self.kind} {self.target or '-'}{ex}: {self.decision}/{self.status} — {self.reason}"
+
+
+class Remediator:
+    def __init__(self, audit: AuditLog, config: PolicyConfig, executor: SlurmExecutor,
+                 clock: Callable[[], float] = time.time) -> None:
+        self.audit = audit
+        self.config = config
+        self.executor = executor
+        self.clock = clock
+        self.audit.conn.executescript(_ACTIONS)
+        self.duplicates = 0
+
+    @classmethod
+    def from_options(cls, state_dir: Path, mode: str = "monitor", policy_file: Path | None = None,
+                     runner: CommandRunner | None = None, clock: Callable[[], float] | None = None,
+                     **policy_overrides: Any) -> Remediator:
+        clock = clock or time.time
+        config = load_policy(policy_file, mode=mode, **policy_overrides)
+        audit = AuditLog.open(Path(state_dir), clock=clock)
+        rem = cls(audit, config, SlurmExecutor(runner), clock)
+        audit.append("config", {"policy": config.to_dict(), "policy_file": str(policy_file) if policy_file else None})
+        return rem
+
+    def close(self) -> None:
+        self.audit.close()
+
+    # ------------------------------------------------------------------ state
+    def _rows(self, where: str = "1", args: Sequence[Any] = ()) -> list[dict[str, Any]]:
+        cur = self.audit.conn.execute(f"SELECT {', '.join(_COLS)} FROM actions WHERE {where} ORDER BY created_ts, id",
+                                      tuple(args))
+        return [dict(zip(_COLS, r, strict=True)) for r in cur]
+
+    def action(self, act_id: str) -> dict[str, Any] | None:
+        rows = self._rows("id = ?", (act_id,))
+        return rows[0] if rows else None
+
+    def actions(self, status: str | None = None) -> list[dict[str, Any]]:
+        return self._rows("status = ?", (status,)) if status else self._rows()
+
+    def _update(self, act_id: str, **cols: Any) -> None:
+        cols["updated_ts"] = self.clock()
+        sets = ", ".join(f"{k} = ?" for k in cols)
+        self.audit.conn.execute(f"UPDATE actions SET {sets} WHERE id = ?", (*cols.values(), act_id))
+
+    def breaker(self) -> dict[str, Any]:
+        return self.audit.get_state("breaker", {"tripped": False, "reason": "", "since": None})
+
+    def _cluster_nodes(self) -> int:
+        if self.config.cluster_nodes:
+            return self.config.cluster_nodes
+        n = self.audit.get_state("cluster_nodes", 0)
+        if not n:
+            try:
+                n = len(SlurmClient(self.executor.runner, timeout_s=self.executor.timeout_s).nodes())
+            except SlurmError:
+                return 0
+            self.audit.set_state("cluster_nodes", n)
+        return int(n)
+
+    def policy_state(self) -> PolicyState:
+        br = self.breaker()
+        executed = tuple(Executed(r["executed_ts"], r["kind"], r["target"] or "", r["incident_id"])
+                         for r in self._rows("executed_ts IS NOT NULL"))
+        nodes = self._cluster_nodes() if self.config.mode != "monitor" else self.config.cluster_nodes
+        return PolicyState(executed, bool(br.get("tripped")), br.get("reason", ""), nodes,
+                           int(self.audit.get_state("counter:dry_run", 0)))
+
+    def budget(self) -> dict[str, Any]:
+        now = self.clock()
+        st = self.policy_state()
+        return {"used_hour": st.used_last_hour(now), "per_hour": self.config.budget_per_hour,
+                "per_incident": self.config.budget_per_incident, "dry_runs": st.dry_runs,
+                "drained_in_window": sorted(st.drained_in_window(now, self.config.breaker_window_s)),
+                "cluster_nodes": st.cluster_nodes, "max_drain_fraction": self.config.breaker_max_drain_fraction}
+
+    # ------------------------------------------------------------------ intake
+    def handle(self, incidents: Sequence[Incident]) -> list[Decision]:
+        """Record, decide and (within policy) execute every new proposal; then run the queue."""
+        out: list[Decision] = []
+        for inc in incidents:
+            if not self.audit.conn.execute("SELECT 1 FROM audit WHERE kind = 'detection' AND incident_id = ? LIMIT 1",
+                                           (inc.id,)).fetchone():
+                self.audit.append("detection", inc.to_dict(), incident_id=inc.id)
+            for p in inc.actions:
+                d = self._consider(inc, p)
+                if d is not None:
+                    out.append(d)
+        self.process_queue()
+        return [self._refresh(d) for d in out]
+
+    def _refresh(self, d: Decision) -> Decision:
+        row = self.action(d.action_id)
+        if row is None:
+            return d
+        res = json.loads(row["result"]) if row["result"] else {}
+        return Decision(d.action_id, d.incident_id, d.kind, d.target, d.decision, row["status"], d.reason,
+                        d.exclude, res)
+
+    def _consider(self, inc: Incident, p: ActionProposal) -> Decision | None:
+        incident_id = p.incident_id or inc.id
+        key = f"{p.kind}:{p.target}:{incident_id}"
+        act = action_id(key)
+        existing = self.action(act)
+        if existing is not None and not (existing["status"] == "record_only" and self.config.mode != "monitor"
+                                         and p.kind in EXECUTABLE_KINDS):
+            self.duplicates += 1
+            return None
+        now = self.clock()
+        base = {"action_id": act, "kind": p.kind, "target": p.target, "exclude": list(p.exclude),
+                "reason": p.reason, "idempotency_key": key}
+        with self.audit.transaction():
+            self.audit.append("proposal", base, incident_id=incident_id, action_id=act)
+            try:
+                if p.kind in EXECUTABLE_KINDS:
+                    if p.target is None:
+                        raise UnsafeTargetError(f"executor: {p.kind} without a target")
+                    self.executor.validate(p.kind, p.target, p.exclude, incident_id, inc.cause)
+            except UnsafeTargetError as exc:
+                self.audit.append("unsafe_target", {**base, "message": str(exc)}, incident_id=incident_id,
+                                  action_id=act)
+                return self._decide(existing, act, key, p, incident_id, inc.cause, "denied", "denied",
+                                    f"unsafe target rejected: {exc.message}", {}, now)
+            state = self.policy_state()
+            v = evaluate(self.config, state, ActionRequest(p.kind, p.target or "", incident_id), now)
+            if v.trip_breaker:
+                self._trip(v.reason)
+            status = {"record_only": "record_only", "proposed": "awaiting_approval", "dry_run": "dry_run",
+                      "denied": "denied", "approved": "queued"}[v.decision]
+            if v.decision == "dry_run":
+                self.audit.set_state("counter:dry_run", int(self.audit.get_state("counter:dry_run", 0)) + 1)
+            return self._decide(existing, act, key, p, incident_id, inc.cause, v.decision, status, v.reason,
+                                v.state, now)
+
+    def _decide(self, existing: dict[str, Any] | None, act: str, key: str, p: ActionProposal, incident_id: str,
+                cause: str, decision: str, status: str, reason: str, state: dict[str, Any], now: float) -> Decision:
+        executed_ts = now if status == "queued" else None
+        if existing is None:
+            self.audit.conn.execute(
+                "INSERT INTO actions(id, idem_key, kind, target, incident_id, exclude, cause, status, decision, reason,"
+                " created_ts, updated_ts, executed_ts) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)",
+                (act, key, p.kind, p.target, incident_id, json.dumps(list(p.exclude)), cause or "", status, decision,
+                 reason, now, now, executed_ts))
+        else:
+            self._update(act, status=status, decision=decision, reason=reason, executed_ts=executed_ts)
+        self.audit.append("decision", {"action_id": act, "kind": p.kind, "target": p.target, "decision": decision,
+                                       "status": status, "reason": reason, "policy_state": state},
+                          incident_id=incident_id, action_id=act)
+        return Decision(act, incident_id, p.kind, p.target, decision, status, reason, tuple(p.exclude))
+
+    def _trip(self, reason: str) -> None:
+        self.audit.set_state("breaker", {"tripped": True, "reason": reason, "since": self.clock()})
+        self.audit.append("breaker", {"event": "tripped", "reason": reason})
+
+    def breaker_reset(self, by: str = "operator") -> None:
+        with self.audit.transaction():
+            was = self.breaker()
+            self.audit.set_state("breaker", {"tripped": False, "reason": "", "since": None})
+            self.audit.append("breaker", {"event": "reset", "by": by, "was": was})
+
+    # ------------------------------------------------------------------ approval
+    def approve(self, act_id: str, by: str = "operator") -> Decision:
+        row = self.action(act_id)
+        if row is None or row["status"] != "awaiting_approval":
+            raise PolicyError(f"approve: no action {act_id!r} is awaiting approval",
+                              status=row["status"] if row else "unknown")
+        now = self.clock()
+        with self.audit.transaction():
+            self.audit.append("approval", {"action_id": act_id, "by": by}, incident_id=row["incident_id"],
+                              action_id=act_id)
+            v = evaluate(self.config, self.policy_state(), ActionRequest(row["kind"], row["target"] or "",
+                                                                        row["incident_id"]), now,
+                         approved_by_human=True)
+            if v.trip_breaker:
+                self._trip(v.reason)
+            status = {"dry_run": "dry_run", "denied": "denied", "approved": "queued",
+                      "record_only": "record_only", "proposed": "awaiting_approval"}[v.decision]
+            self._update(act_id, status=status, decision=v.decision, reason=v.reason,
+                         executed_ts=now if status == "queued" else None)
+            self.audit.append("decision", {"action_id": act_id, "kind": row["kind"], "target": row["target"],
+                                           "decision": v.decision, "status": status, "reason": v.reason,
+                                           "policy_state": v.state}, incident_id=row["incident_id"], action_id=act_id)
+        self.process_queue()
+        return self._refresh(Decision(act_id, row["incident_id"], row["kind"], row["target"], v.decision, status,
+                                      v.reason, tuple(json.loads(row["exclude"]))))
+
+    def reject(self, act_id: str, by: str = "operator", reason: str = "") -> Decision:
+        row = self.action(act_id)
+        if row is None or row["status"] != "awaiting_approval":
+            raise PolicyError(f"reject: no action {act_id!r} is awaiting approval",
+                              status=row["status"] if row else "unknown")
+        with self.audit.transaction():
+            self.audit.append("rejection", {"action_id": act_id, "by": by, "reason": reason},
+                              incident_id=row["incident_id"], action_id=act_id)
+            self._update(act_id, status="rejected", decision="rejected", reason=reason or f"rejected by {by}")
+        return Decision(act_id, row["incident_id"], row["kind"], row["target"], "rejected", "rejected",
+                        reason or f"rejected by {by}", tuple(json.loads(row["exclude"])))
+
+    # ------------------------------------------------------------------ execution
+    def process_queue(self, *, ignore_backoff: bool = False) -> list[dict[str, Any]]:
+        """Run every queued action whose backoff has passed. Returns the rows it ran."""
+        now = self.clock()
+        ran = []
+        for row in self._rows("status = 'queued'"):
+            if not ignore_backoff and row["next_attempt_ts"] > now:
+                continue
+            if self._run(row):
+                ran.append(self.action(row["id"]))
+        return ran
+
+    def _run(self, row: dict[str, Any]) -> bool:
+        act = row["id"]
+        exclude = tuple(json.loads(row["exclude"]))
+        baseline = row["baseline"]
+        try:
+            if row["kind"] == "requeue_job" and baseline is None:
+                baseline = self.executor.job_baseline(row["target"])
+        except SlurmUnavailable as exc:
+            self._backoff(row, exc, attempt=row["attempts"])
+            return False
+        except SlurmError as exc:
+            with self.audit.transaction():
+                self._finish(row, row["attempts"], "failed", str(exc), {})
+            return True
+        attempt = row["attempts"] + 1
+        with self.audit.transaction() as c:
+            claimed = c.execute("UPDATE actions SET status = 'running', attempts = ?, baseline = ?, updated_ts = ?"
+                                " WHERE id = ? AND status = 'queued'", (attempt, baseline, self.clock(), act)).rowcount
+            if not claimed:
+                return False          # another process took it
+            self.audit.append("intent", {"action_id": act, "attempt": attempt, "kind": row["kind"],
+                                         "target": row["target"], "exclude": list(exclude), "baseline": baseline},
+                              incident_id=row["incident_id"], action_id=act)
+        try:
+            out = self.executor.execute(row["kind"], row["target"], incident_id=row["incident_id"] or "manual",
+                                        cause=row["cause"], exclude=exclude, baseline=baseline)
+        except SlurmUnavailable as exc:
+            self._backoff(row, exc, attempt=attempt, running=True)
+            return False
+        except (SlurmError, UnsafeTargetError) as exc:
+            with self.audit.transaction():
+                self._finish(row, attempt, "failed", str(exc), {})
+            return True
+        with self.audit.transaction():
+            self._finish(row, attempt, out.status, out.message, out.observed)
+        return True
+
+    def _finish(self, row: dict[str, Any], attempt: int, status: str, message: str, observed: dict[str, Any],
+                kind: str = "result") -> None:
+        res = {"outcome": status, "message": message, "observed": observed}
+        self._update(row["id"], status=status, result=json.dumps(res))
+        self.audit.append(kind, {"action_id": row["id"], "attempt": attempt, "kind": row["kind"],
+                                 "target": row["target"], "outcome": status, "message": message,
+                                 "observed": observed}, incident_id=row["incident_id"], action_id=row["id"])
+
+    def _backoff(self, row: dict[str, Any], exc: SlurmUnavailable, attempt: int, running: bool = False) -> None:
+        delay = min(300.0, 2.0 ** min(attempt, 8))
+        with self.audit.transaction():
+            self._update(row["id"], status="queued", next_attempt_ts=self.clock() + delay)
+            if running:   # close this attempt's intent: nothing was confirmed, it will run again
+                self.audit.append("result", {"action_id": row["id"], "attempt": attempt, "kind": row["kind"],
+                                             "target": row["target"], "outcome": "retry", "message": str(exc),
+                                             "retry_in_s": delay}, incident_id=row["incident_id"], action_id=row["id"])
+
+    def reconcile(self) -> list[dict[str, Any]]:
+        """Close intents that have no result (a crash mid-action) by observing Slurm."""
+        out = []
+        for rec in self.audit.open_intents():
+            row = self.action(rec.action_id or "")
+            if row is None or row["status"] != "running":
+                continue
+            attempt = rec.payload.get("attempt")
+            try:
+                seen = self._observe(row)
+            except SlurmError as exc:
+                seen = None
+                note = f"could not observe: {exc}"
+            else:
+                note = "effect observed in Slurm" if seen else "effect not visible in Slurm; queued again"
+            with self.audit.transaction():
+                if seen:
+                    self._finish(row, attempt, "done", note, seen, kind="reconcile")
+                else:
+                    self._update(row["id"], status="queued", next_attempt_ts=0)
+                    self.audit.append("reconcile", {"action_id": row["id"], "attempt": attempt, "outcome": "requeued",
+                                                    "message": note}, incident_id=row["incident_id"],
+                                      action_id=row["id"])
+            out.append(self.action(row["id"]))
+        return out
+
+    def _observe(self, row: dict[str, Any]) -> dict[str, Any] | None:
+        ex, client = self.executor, self.executor.client
+        client.ping()
+        if row["kind"] == "drain_node":
+            n = client.show_node(row["target"])
+            ok = n.drained and n.reason.startswith(f"recovery-logs:{row['incident_id']}")
+            return {"state": n.state, "flags": list(n.flags), "reason": n.reason} if ok else None
+        if row["kind"] == "resume_node":
+            n = client.show_node(row["target"])
+            return {"state": n.state, "flags": list(n.flags)} if not n.drained else None
+        info = client.show_job(row["target"])
+        if info is None:
+            return None
+        seen = ex._job_seen(info)
+        if row["kind"] == "cancel_job":
+            return seen if seen["state"] == "CANCELLED" else None
+        held = info.get("Reason") == "job_requeued_in_held_state"
+        excl = set(json.loads(row["exclude"])) <= set(seen["exc_nodes"])
+        restarted = row["baseline"] is not None and seen["restarts"] > row["baseline"]
+        return seen if restarted and excl and not held else None
+
+
+__all__ = ["Decision", "Remediator", "TERMINAL", "action_id"]
