@@ -1,0 +1,143 @@
+"""Window features for the anomaly model: one row per (host, job_id, window_start).
+
+Pure functions of frames. Two groups of columns:
+
+* **finding features** (need only the findings frame, so the pipeline's ``AnomalyDetector`` can
+  always compute them): counts per rule category, findings / distinct rules / causes / symptoms,
+  progress lines, step-time median, p90, coefficient of variation and the ratio of the median to
+  the (host, job)'s own baseline and to the job's median over hosts in the same window.
+* **event features** (need the events frame): events, log rate (events/s), its deviation from
+  the (host, job)'s own baseline (``log1p(rate) - log1p(baseline)``), distinct templates, new
+  templates (first seen in this window within the frame given) and their share, and NVML
+  aggregates (max temperature, mean power, samples) from ``source == "nvml"`` events.
+
+Baselines are *causal*: the rolling median of the same (host, job)'s previous
+``baseline_windows`` windows, so a window's features never change when later data arrives.
+Every feature column is a non-null Float64 (absent = 0.0), ready for the estimator.
+"""
+
+from __future__ import annotations
+
+import polars as pl
+
+from recovery_logs.detectors.templates import add_template_columns
+from recovery_logs.errors import ConfigError
+from recovery_logs.schema import TIME, Category
+from recovery_logs.timeutil import parse_duration_s
+
+KEYS = ["host", "job_id", "window_start"]
+CATEGORY_FEATURES = [f"cat_{c.value}" for c in Category if c not in (Category.ANOMALY,)]
+FINDING_FEATURES = CATEGORY_FEATURES + [
+    "n_findings", "n_rules", "n_cause", "n_symptom", "n_progress",
+    "step_time_med", "step_time_p90", "step_time_cv", "step_time_ratio", "step_time_rel_job",
+]
+EVENT_FEATURES = [
+    "n_events", "log_rate", "log_rate_dev", "n_templates", "new_templates", "new_template_frac",
+    "nvml_temp_max", "nvml_power_mean", "nvml_samples",
+]
+ALL_FEATURES = FINDING_FEATURES + EVENT_FEATURES
+
+_NS = 1_000_000_000
+
+
+def window_ns(window: str | float) -> int:
+    s = parse_duration_s(window) if isinstance(window, str) else float(window)
+    if not s > 0:
+        raise ConfigError("features: window must be a positive duration", window=window)
+    return int(round(s * _NS))
+
+
+def _bucket(wn: int) -> pl.Expr:
+    return ((pl.col("time").dt.epoch("ns") // wn) * wn).alias("_w")
+
+
+def _baseline_ratio(df: pl.DataFrame, col: str, out: str, k: int, log_diff: bool) -> pl.DataFrame:
+    base = pl.col(col).shift(1).rolling_median(k, min_samples=1).over(["host", "job_id"], order_by="_w")
+    if log_diff:
+        expr = pl.col(col).log1p() - base.log1p()
+    else:
+        expr = pl.when(base > 0).then(pl.col(col) / base).otherwise(1.0)
+    return df.with_columns(expr.fill_null(0.0 if log_diff else 1.0).fill_nan(0.0 if log_diff else 1.0).alias(out))
+
+
+def finding_features(findings: pl.DataFrame, window: str | float = "60s", baseline_windows: int = 30) -> pl.DataFrame:
+    """Per (host, job_id, window_start): the FINDING_FEATURES columns. Detector findings are ignored."""
+    wn = window_ns(window)
+    f = findings.filter(pl.col("time").is_not_null()
+                        & ~pl.col("rule_id").fill_null("").str.starts_with("detector.")).with_columns(_bucket(wn))
+    rules = f.filter(pl.col("role") != "progress")
+    cats = [c.removeprefix("cat_") for c in CATEGORY_FEATURES]
+    agg_rules = rules.group_by(["host", "job_id", "_w"]).agg(
+        *[(pl.col("category") == c).sum().cast(pl.Float64).alias(f"cat_{c}") for c in cats],
+        pl.len().cast(pl.Float64).alias("n_findings"),
+        pl.col("rule_id").n_unique().cast(pl.Float64).alias("n_rules"),
+        (pl.col("role") == "cause").sum().cast(pl.Float64).alias("n_cause"),
+        (pl.col("role") == "symptom").sum().cast(pl.Float64).alias("n_symptom"))
+    prog = f.filter(pl.col("role") == "progress")
+    st = pl.col("step_time_s").filter(pl.col("step_time_s").is_finite())
+    agg_prog = prog.group_by(["host", "job_id", "_w"]).agg(
+        pl.len().cast(pl.Float64).alias("n_progress"),
+        st.median().alias("step_time_med"),
+        st.quantile(0.9, "nearest").alias("step_time_p90"),
+        (st.std() / st.mean()).alias("step_time_cv"))
+    keys = pl.concat([agg_rules.select("host", "job_id", "_w"), agg_prog.select("host", "job_id", "_w")]).unique()
+    df = keys.join(agg_rules, on=["host", "job_id", "_w"], how="left", nulls_equal=True).join(
+        agg_prog, on=["host", "job_id", "_w"], how="left", nulls_equal=True)
+    df = _baseline_ratio(df.sort(["host", "job_id", "_w"], nulls_last=True), "step_time_med", "step_time_ratio",
+                         baseline_windows, log_diff=False)
+    job_med = pl.col("step_time_med").median().over(["job_id", "_w"])
+    df = df.with_columns(
+        pl.when(pl.col("step_time_med").is_null()).then(1.0).otherwise(pl.col("step_time_ratio")).alias("step_time_ratio"),
+        pl.when(job_med > 0).then(pl.col("step_time_med") / job_med).otherwise(1.0).fill_null(1.0)
+        .alias("step_time_rel_job"))
+    return _finish(df, FINDING_FEATURES)
+
+
+def event_features(events: pl.DataFrame, window: str | float = "60s", baseline_windows: int = 30) -> pl.DataFrame:
+    """Per (host, job_id, window_start): the EVENT_FEATURES columns."""
+    wn = window_ns(window)
+    ev = add_template_columns(events.filter(pl.col("time").is_not_null())).with_columns(_bucket(wn))
+    first = ev.group_by("template_id").agg(pl.col("_w").min().alias("_first_w"))
+    ev = ev.join(first, on="template_id", how="left")
+    nv = ev.filter(pl.col("source") == "nvml").with_columns(
+        pl.col("message").str.extract(r"(?i)temp(?:erature)?[=: ]+([0-9.]+)").cast(pl.Float64, strict=False).alias("_temp"),
+        pl.col("message").str.extract(r"(?i)power(?:_draw)?[=: ]+([0-9.]+)").cast(pl.Float64, strict=False).alias("_pow"))
+    agg = ev.group_by(["host", "job_id", "_w"]).agg(
+        pl.len().cast(pl.Float64).alias("n_events"),
+        pl.col("template_id").n_unique().cast(pl.Float64).alias("n_templates"),
+        pl.col("template_id").filter(pl.col("_first_w") == pl.col("_w")).n_unique().cast(pl.Float64).alias("new_templates"))
+    nva = nv.group_by(["host", "job_id", "_w"]).agg(
+        pl.col("_temp").max().alias("nvml_temp_max"), pl.col("_pow").mean().alias("nvml_power_mean"),
+        pl.len().cast(pl.Float64).alias("nvml_samples"))
+    df = agg.join(nva, on=["host", "job_id", "_w"], how="left", nulls_equal=True).with_columns(
+        (pl.col("n_events") / (wn / _NS)).alias("log_rate"),
+        (pl.col("new_templates") / pl.col("n_templates")).alias("new_template_frac"))
+    df = _baseline_ratio(df.sort(["host", "job_id", "_w"], nulls_last=True), "log_rate", "log_rate_dev",
+                         baseline_windows, log_diff=True)
+    return _finish(df, EVENT_FEATURES)
+
+
+def window_features(events: pl.DataFrame | None, findings: pl.DataFrame, window: str | float = "60s",
+                    baseline_windows: int = 30) -> pl.DataFrame:
+    """Per (host, job_id, window_start) features: FINDING_FEATURES, plus EVENT_FEATURES when
+    ``events`` is given. Rows are the union of windows with events or findings, sorted by key."""
+    ff = finding_features(findings, window, baseline_windows)
+    if events is None:
+        return ff
+    ef = event_features(events, window, baseline_windows)
+    keys = pl.concat([ff.select(KEYS), ef.select(KEYS)]).unique()
+    df = keys.join(ff, on=KEYS, how="left", nulls_equal=True).join(ef, on=KEYS, how="left", nulls_equal=True)
+    df = df.with_columns(pl.col(ALL_FEATURES).fill_null(0.0))
+    df = df.with_columns([pl.when(pl.col("n_progress") == 0).then(1.0).otherwise(pl.col(c)).alias(c)
+                          for c in ("step_time_ratio", "step_time_rel_job")])
+    return df.select(KEYS + ALL_FEATURES).sort(KEYS, nulls_last=True)
+
+
+def _finish(df: pl.DataFrame, cols: list[str]) -> pl.DataFrame:
+    df = df.with_columns(pl.col("_w").cast(pl.Datetime("ns")).dt.replace_time_zone("UTC").cast(TIME).alias("window_start"))
+    df = df.with_columns([pl.col(c).cast(pl.Float64).fill_nan(0.0).fill_null(0.0).alias(c) for c in cols])
+    return df.select(KEYS + cols).sort(KEYS, nulls_last=True)
+
+
+__all__ = ["ALL_FEATURES", "CATEGORY_FEATURES", "EVENT_FEATURES", "FINDING_FEATURES", "KEYS", "event_features",
+           "finding_features", "window_features", "window_ns"]
