@@ -1,0 +1,360 @@
+"""File readers: paths (files, directories, globs) -> event batches + quarantine.
+
+Formats (``ReadOptions.fmt``; ``auto`` sniffs the first 64 KiB and the name, see
+``formats.detect_format``): VictoriaLogs JSON lines, ``journalctl -o json``, syslog (RFC3164,
+RFC5424, rsyslog ISO), dmesg (relative and ``-T``), job output (torchrun/glog/Python logging/ISO
+or no timestamps), Parquet in EVENT_SCHEMA. Any of them may be gzip-compressed (magic bytes).
+
+Semantics, shared by every format (details in ``read_text`` and ``read_common``):
+
+* every event gets a ``seq``, consecutive in reading order from ``seq_start`` across batches and
+  files; ``read_paths`` returns the events sorted by (time, seq);
+* bad input never crashes the read and never vanishes: malformed JSON lines, VL rows without a
+  usable ``_time``, invalid UTF-8, lines over 1 MiB, unparseable timestamps, out-of-order and
+  duplicate records are counted in ``stats`` and get a quarantine row (file, line, reason, raw);
+* fatal, as ``InputError`` naming the path (and line): a path that does not exist or cannot be
+  read, a corrupt gzip stream, a Parquet file that is not in the event schema, no events at all.
+
+Directories are walked recursively in sorted order; hidden files, ``truth.json`` and files that
+are clearly not logs (binary content, images, archives, code, docs) are skipped and counted as
+``skipped``. A path named explicitly is always read.
+"""
+
+from __future__ import annotations
+
+import collections
+import glob
+import gzip
+import os
+import re
+import zlib
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import polars as pl
+import pyarrow.parquet as pq
+
+from recovery_logs.errors import InputError
+from recovery_logs.schema import EVENT_SCHEMA, TIME, conform
+from recovery_logs.sources.formats import FORMATS, detect_format, vl_columns, vl_frame_to_parsed
+from recovery_logs.sources.read_common import (
+    DEFAULT_HOST_FIELDS,
+    Batch,
+    Deduper,
+    Finisher,
+    ReadOptions,
+    empty_quarantine,
+)
+from recovery_logs.sources.read_text import DETECT_BYTES, TextParser
+
+__all__ = ["DEFAULT_HOST_FIELDS", "Batch", "ReadOptions", "ReadResult", "TextParser", "detect_format",
+           "events_from_vl_records", "expand_paths", "iter_batches", "read_paths"]
+
+_SKIP_SUFFIXES = {".png", ".jpg", ".jpeg", ".gif", ".svg", ".pdf", ".zip", ".tar", ".tgz", ".xz", ".bz2",
+                  ".zst", ".7z", ".pyc", ".so", ".o", ".a", ".sqlite", ".db", ".npy", ".npz", ".pt", ".pkl",
+                  ".skops", ".md", ".rst", ".toml", ".yaml", ".yml", ".ini", ".cfg", ".py", ".sh", ".ipynb",
+                  ".html", ".css", ".js"}
+_SKIP_NAMES = {"truth.json"}
+_GZIP_MAGIC = b"\x1f\x8b"
+_UPTIME = re.compile(rb"^\[\s*(\d+)\.(\d+)\]", re.M)
+DEFAULT_OPTIONS = ReadOptions()
+
+
+@dataclass
+class ReadResult:
+    events: pl.DataFrame            # EVENT_SCHEMA, sorted by (time, seq)
+    quarantine: pl.DataFrame        # QUARANTINE_SCHEMA
+    stats: collections.Counter
+
+
+def _looks_binary(head: bytes) -> bool:
+    return b"\x00" in head[:8192]
+
+
+def expand_paths(paths: Sequence[str | Path]) -> tuple[list[Path], int]:
+    """Files to read, in order, and how many directory entries were skipped as not logs.
+
+    Raises InputError for a path (or glob) that matches nothing."""
+    out: list[Path] = []
+    skipped = 0
+    for p in paths:
+        s = str(p)
+        if any(ch in s for ch in "*?[") and not os.path.exists(s):
+            hits = sorted(glob.glob(s, recursive=True))
+            if not hits:
+                raise InputError("input: the glob matches no file", path=s)
+            cands = [Path(h) for h in hits]
+        else:
+            cands = [Path(s)]
+        for c in cands:
+            if c.is_dir():
+                for root, dirs, files in os.walk(c):
+                    dirs[:] = sorted(d for d in dirs if not d.startswith("."))
+                    for f in sorted(files):
+                        fp = Path(root) / f
+                        if _skip(fp):
+                            skipped += 1
+                        else:
+                            out.append(fp)
+            elif c.exists():
+                out.append(c)
+            else:
+                raise InputError("input: no such file or directory", path=s)
+    return out, skipped
+
+
+def _skip(fp: Path) -> bool:
+    name = fp.name
+    if name.startswith(".") or name in _SKIP_NAMES:
+        return True
+    suffixes = [x.lower() for x in fp.suffixes]
+    if suffixes and suffixes[-1] == ".gz":
+        suffixes = suffixes[:-1]
+    if suffixes and suffixes[-1] in _SKIP_SUFFIXES:
+        return True
+    try:
+        with open(fp, "rb") as fh:
+            head = fh.read(8192)
+    except OSError:
+        return False   # let the reader raise a clear error
+    if head[:2] == _GZIP_MAGIC or head[:4] == b"PAR1":
+        return False
+    return _looks_binary(head)
+
+
+def _open(fp: Path):
+    try:
+        fh = open(fp, "rb")
+        magic = fh.read(2)
+        fh.seek(0)
+    except OSError as exc:
+        raise InputError(f"input: cannot read the file ({exc.strerror or exc})", path=str(fp)) from exc
+    if magic == _GZIP_MAGIC:
+        return gzip.GzipFile(fileobj=fh, mode="rb"), True
+    return fh, False
+
+
+def _chunk_bytes(opts: ReadOptions) -> int:
+    return max(64 * 1024, opts.batch_lines * 160)
+
+
+def _dmesg_boot_estimate(fp: Path, gz: bool, mtime_ns: int) -> int | None:
+    """Boot time ~ mtime minus the last uptime in the file's last 64 KiB (plain files only)."""
+    if gz:
+        return None
+    try:
+        with open(fp, "rb") as fh:
+            fh.seek(0, os.SEEK_END)
+            size = fh.tell()
+            fh.seek(max(0, size - 65536))
+            tail = fh.read()
+    except OSError:
+        return None
+    hits = _UPTIME.findall(tail)
+    if not hits:
+        return None
+    sec, frac = hits[-1]
+    up_ns = int(sec) * 1_000_000_000 + int(frac.ljust(9, b"0")[:9])
+    return mtime_ns - up_ns
+
+
+def iter_batches(paths: Sequence[str | Path], opts: ReadOptions = DEFAULT_OPTIONS, seq_start: int = 0) -> Iterator[Batch]:
+    """Read ``paths`` batch by batch (about ``opts.batch_lines`` lines each); memory stays bounded.
+
+    Each batch's ``stats`` counts only that batch; sum them for a total."""
+    if opts.fmt not in ("auto", *FORMATS):
+        raise InputError(f"input: unknown format {opts.fmt!r}; use auto or one of {', '.join(FORMATS)}")
+    files, skipped = expand_paths(paths)
+    dedup = Deduper()
+    seq = seq_start
+    first = True
+    for fp in files:
+        stats: collections.Counter = collections.Counter(files=1)
+        if first and skipped:
+            stats["skipped"] += skipped
+        first = False
+        fh, gz = _open(fp)
+        try:
+            mtime_ns = os.stat(fp).st_mtime_ns
+            try:
+                head = fh.read(DETECT_BYTES)
+            except (OSError, EOFError, zlib.error) as exc:
+                raise InputError(f"input: corrupt gzip stream ({exc})", path=str(fp), line=1) from exc
+            fmt = opts.fmt if opts.fmt != "auto" else detect_format(str(fp), head)
+            if fmt == "parquet":
+                fh.close()
+                for b in _parquet_batches(fp, opts, seq, dedup, stats):
+                    seq = b.stats.pop("_next_seq")
+                    yield b
+                    stats = collections.Counter()
+                continue
+            parser = TextParser(str(fp), opts, fmt, seq, dedup=dedup, mtime_ns=mtime_ns)
+            if fmt == "dmesg" and opts.boot_time_ns is None:
+                est = _dmesg_boot_estimate(fp, gz, mtime_ns)
+                parser.set_boot_time(est if est is not None else mtime_ns, inferred=True)
+            data = head
+            size = _chunk_bytes(opts)
+            while data:
+                b = parser.feed(data)
+                b.stats.update(stats)
+                stats = collections.Counter()
+                if b.events.height or b.quarantine.height or b.stats:
+                    yield b
+                try:
+                    data = fh.read(size)
+                except (OSError, EOFError, zlib.error) as exc:
+                    raise InputError(f"input: corrupt gzip stream ({exc})", path=str(fp),
+                                     line=parser._next_line) from exc
+            b = parser.flush()
+            b.stats.update(stats)
+            seq = parser.next_seq
+            yield b
+        finally:
+            fh.close()
+
+
+def read_paths(paths: Sequence[str | Path], opts: ReadOptions = DEFAULT_OPTIONS) -> ReadResult:
+    """Read everything; events sorted by (time, seq). InputError when no events came out at all."""
+    evs, qs = [], []
+    stats: collections.Counter = collections.Counter()
+    for b in iter_batches(paths, opts):
+        if b.events.height:
+            evs.append(b.events)
+        if b.quarantine.height:
+            qs.append(b.quarantine)
+        stats.update(b.stats)
+    events = pl.concat(evs) if evs else pl.DataFrame(schema=EVENT_SCHEMA)
+    if events.height == 0:
+        names = ", ".join(str(p) for p in paths)
+        raise InputError("input: no events in the inputs", path=names, lines=stats.get("lines", 0),
+                         quarantined=sum(q.height for q in qs))
+    events = events.sort(["time", "seq"], nulls_last=True)
+    quarantine = pl.concat(qs) if qs else empty_quarantine()
+    for k in ("files", "bytes", "lines", "events", "malformed", "invalid_utf8", "oversized", "bad_timestamp",
+              "out_of_order", "duplicates", "multiline_joined", "time_inferred"):
+        stats.setdefault(k, 0)
+    return ReadResult(events, quarantine, stats)
+
+
+# --- VictoriaLogs records ----------------------------------------------------------------------
+def events_from_vl_records(records: Iterable[dict[str, str]], opts: ReadOptions = DEFAULT_OPTIONS, seq_start: int = 0,
+                           file: str = "victorialogs", *, dedup: Deduper | None = None) -> Batch:
+    """VictoriaLogs rows (query / tail / export output, already JSON-decoded) -> events.
+
+    ``file`` is ``victorialogs:<_stream_id>`` for rows that carry a stream id when ``file`` is the
+    default; ``line`` is the row's 1-based position in ``records``. A row without a parseable
+    ``_time`` is malformed (quarantined, not an event). Pass one ``dedup`` across calls to drop
+    rows a tail reconnect sends twice."""
+    keys = vl_columns(opts.host_fields)
+    cols: dict[str, list] = {k: [] for k in keys}
+    raws, valid = [], []
+    for r in records:
+        ok = isinstance(r, dict)
+        valid.append(ok)
+        raws.append(_raw_json(r))
+        for k in keys:
+            v = r.get(k) if ok else None
+            cols[k].append(None if v is None else str(v))
+    n = len(raws)
+    df = pl.DataFrame({**cols, "text": raws, "valid": valid, "lineno": list(range(1, n + 1))},
+                      schema={**{k: pl.String for k in keys}, "text": pl.String, "valid": pl.Boolean,
+                              "lineno": pl.Int64})
+    parsed = vl_frame_to_parsed(df, opts.host_fields)
+    stats: collections.Counter = collections.Counter(lines=n)
+    file_col = (pl.when(pl.col("stream_id").is_not_null()).then(pl.lit("victorialogs:") + pl.col("stream_id"))
+                .otherwise(pl.lit(file)) if file == "victorialogs" else pl.lit(file))
+    quar = []
+    bad = parsed.filter(pl.col("malformed"))
+    if bad.height:
+        stats["malformed"] += bad.height
+        quar.append(bad.select(file_col.alias("file"), pl.col("lineno").alias("line"),
+                               pl.lit("malformed").alias("reason"), pl.col("text").str.slice(0, 4096).alias("raw")))
+    ok = parsed.filter(~pl.col("malformed"))
+    if opts.host is not None:
+        ok = ok.with_columns(host=pl.lit(opts.host))
+    if opts.job is not None:
+        ok = ok.with_columns(job_id=pl.lit(opts.job))
+    rec = ok.select(pl.col("ts"), pl.lit(True).alias("own_time"), pl.lit(False).alias("bad_ts"),
+                    pl.col("text").alias("raw_first"), pl.coalesce("stream_id", pl.lit(file)).alias("ooo_key"),
+                    "host", "job_id", "source", file_col.alias("file"), pl.col("lineno").alias("line"),
+                    "stream_id", "rank", "message")
+    events, q = Finisher(file, seq_start, dedup).finish(rec, stats)
+    if q.height:
+        quar.append(q)
+    return Batch(events, pl.concat(quar) if quar else empty_quarantine(), stats)
+
+
+def _raw_json(r: object) -> str:
+    import json
+    try:
+        return json.dumps(r, ensure_ascii=False)[:4096]
+    except (TypeError, ValueError):
+        return repr(r)[:4096]
+
+
+# --- Parquet -----------------------------------------------------------------------------------
+def _parquet_batches(fp: Path, opts: ReadOptions, seq: int, dedup: Deduper,
+                     stats: collections.Counter) -> Iterator[Batch]:
+    try:
+        pf = pq.ParquetFile(fp)
+    except Exception as exc:  # pyarrow raises several types for a bad file
+        raise InputError(f"input: not a readable Parquet file ({exc})", path=str(fp)) from exc
+    names = pf.schema_arrow.names
+    missing = [c for c in ("time", "message") if c not in names]
+    if missing:
+        raise InputError("input: Parquet file is not in the event schema", path=str(fp), missing=missing)
+    fin = Finisher(str(fp), seq, dedup)
+    row = 0
+    for rb in pf.iter_batches(batch_size=max(1024, opts.batch_lines)):
+        df = pl.from_arrow(rb)
+        assert isinstance(df, pl.DataFrame)
+        st = stats.copy() if row == 0 else collections.Counter()
+        st["lines"] += df.height
+        df = _conform_parquet(df, fp)
+        if opts.host is not None:
+            df = df.with_columns(host=pl.lit(opts.host))
+        if opts.job is not None:
+            df = df.with_columns(job_id=pl.lit(opts.job))
+        inferred = pl.col("time_inferred").fill_null(False)
+        rec = df.with_columns(
+            ts=pl.col("time").dt.epoch("ns"), own_time=~inferred & pl.col("time").is_not_null(),
+            bad_ts=pl.lit(False), raw_first=pl.col("message").str.slice(0, 4096),
+            ooo_key=pl.coalesce("stream_id", pl.lit(str(fp))),
+            file=pl.coalesce("file", pl.lit(str(fp))),
+            line=pl.coalesce("line", pl.int_range(row + 1, row + 1 + df.height, dtype=pl.Int64)),
+        )
+        row += df.height
+        events, q = fin.finish(rec, st)
+        st["_next_seq"] = fin.next_seq
+        yield Batch(events, q, st)
+    if row == 0:
+        st = stats.copy()
+        st["_next_seq"] = fin.next_seq
+        yield Batch(pl.DataFrame(schema=EVENT_SCHEMA), empty_quarantine(), st)
+
+
+def _conform_parquet(df: pl.DataFrame, fp: Path) -> pl.DataFrame:
+    t = df.schema["time"]
+    if not isinstance(t, pl.Datetime):
+        if t == pl.String:
+            from recovery_logs.timeutil import rfc3339_to_time_expr
+            df = df.with_columns(time=rfc3339_to_time_expr(pl.col("time")))
+        else:
+            raise InputError("input: Parquet column 'time' is not a datetime", path=str(fp), dtype=str(t))
+    elif t.time_zone is None:
+        df = df.with_columns(time=pl.col("time").dt.cast_time_unit("ns").dt.replace_time_zone("UTC"))
+    else:
+        df = df.with_columns(time=pl.col("time").dt.cast_time_unit("ns").dt.convert_time_zone("UTC"))
+    bad = []
+    for name, dtype in EVENT_SCHEMA.items():
+        if name in df.columns and name != "time":
+            try:
+                df.select(pl.col(name).cast(dtype, strict=True))
+            except Exception:  # noqa: BLE001 - any cast failure means the column is incompatible
+                bad.append(f"{name}:{df.schema[name]}")
+    if bad:
+        raise InputError("input: Parquet columns do not fit the event schema", path=str(fp), columns=bad)
+    out = conform(df, EVENT_SCHEMA)
+    return out.with_columns(time=pl.col("time").cast(TIME))
+

@@ -1,0 +1,387 @@
+"""Per-format line parsers, vectorised in Polars, and format detection.
+
+Every parser takes a frame of raw lines (``lineno`` Int64, ``text`` String) and returns the same
+frame with these columns added (the "parsed lines" frame that ``files.py`` groups into events):
+
+====================  ==========================================================================
+``ts``                Int64 ns since the epoch (UTC) of the line's own timestamp, or null
+``ts_inferred``       True when ``ts`` is an estimate (relative dmesg without a known boot time)
+``has_ts``            True when the line carries a timestamp field (null ``ts`` then = bad_timestamp)
+``header``            True when the line starts a record in this format (syslog/dmesg header,
+                      JSON object); False lines may be continuations
+``malformed``         True for a line that cannot be an event at all (bad JSON line)
+``host`` ``job_id``   from the line itself (null when it does not say)
+``source``            SourceKind value
+``rank``              Int32 from ``[rank3]:`` / srun ``-l`` ``3: `` prefixes (job files, VL)
+``stream_id``         VictoriaLogs ``_stream_id`` (JSON formats), else null
+``message``           the text kept as the event message
+====================  ==========================================================================
+
+What ``message`` keeps (the rule packs match on it):
+
+* syslog (RFC3164/RFC5424): the header (priority, time, host, ``program[pid]:``, SD) and a
+  leading dmesg uptime ``[12345.678901]`` are stripped.
+* dmesg: the ``[uptime]`` / ``[date]`` prefix is stripped.
+* job output: only the ``[rankN]:`` and srun ``-l`` ``N: `` prefixes are stripped (they set
+  ``rank``); glog / torch / Python-logging headers stay in the message, because they carry the
+  severity letter and the source file that rules match on.
+* journald: ``MESSAGE`` (a list of byte values is decoded as UTF-8 with replacement).
+* VictoriaLogs: ``_msg`` with a leading ``[rankN]:`` stripped (sets ``rank``), like job files.
+
+Times without a zone (RFC3164, glog, ``dmesg -T``, Python logging) are read in ``tz``; RFC3164
+and glog have no year, ``year`` supplies it.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import zlib
+from dataclasses import dataclass
+from pathlib import PurePath
+
+import polars as pl
+
+from recovery_logs.schema import SourceKind
+from recovery_logs.timeutil import rfc3339_to_ns_expr
+
+FORMATS = ("vl-jsonl", "journald", "syslog", "dmesg", "job", "parquet")
+TEXT_FORMATS = ("vl-jsonl", "journald", "syslog", "dmesg", "job")
+
+SLURM_DAEMONS = ("slurmd", "slurmctld", "slurmstepd", "slurmdbd")
+_SLURM_FILE = re.compile(r"(?:^|[^a-z])(slurmd|slurmctld|slurmstepd|slurmdbd)(?:[^a-z]|$)", re.I)
+
+# --- regexes (Rust regex syntax: Polars) -------------------------------------------------------
+RE_5424 = (r"^<(\d{1,3})>1 (\S+) (\S+) (\S+) (\S+) (\S+) "
+           r"(-|(?:\[(?:[^\]\\]|\\.)*\])+) ?(.*)$")
+RE_3164 = (r"^(?:<\d{1,3}>)?([A-Z][a-z]{2}) +(\d{1,2}) (\d{2}:\d{2}:\d{2})(?:\.(\d{1,9}))? "
+           r"(\S+) ([^\s:\[]+)(?:\[\d+\])?: ?(.*)$")
+# rsyslog high-precision template: ISO time, host, program
+RE_ISOSYSLOG = (r"^(\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(?:\.\d{1,9})?(?:Z|[+-]\d{2}:?\d{2})) "
+                r"(\S+) ([^\s:\[]+)(?:\[\d+\])?: ?(.*)$")
+RE_UPTIME_PREFIX = r"^\[\s*\d+\.\d+\]\s?"
+RE_DMESG = r"^\[\s*(\d+)\.(\d+)\] ?(.*)$"
+RE_DMESG_T = r"^\[([A-Z][a-z]{2} [A-Z][a-z]{2} +\d{1,2} \d{2}:\d{2}:\d{2} \d{4})\] ?(.*)$"
+RE_RANK = r"^(?:\[rank(\d+)\]:|(\d+): )"
+RE_GLOG = r"^\[?([IWEF])(\d{2})(\d{2}) (\d{2}:\d{2}:\d{2})(?:\.(\d{1,9}))?[\s\]]"
+RE_ISO_LEAD = r"^\[?(\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}:\d{2}(?:[.,]\d{1,9})?)(Z|[+-]\d{2}:?\d{2})?[\]\s]"
+RE_NCCL_HOST = r"^([A-Za-z0-9][\w.-]*):\d+:\d+ \[\d+\] NCCL "
+RE_SD_JOB = r"""(?:job_id|jobid|slurm_job_id)="(\d+(?:[._]\w+)?)\""""
+RE_IPV4 = r"^\d+\.\d+\.\d+\.\d+$"
+
+_NVRM_START = re.compile(rb"NVRM: |kernel: ")
+
+
+@dataclass(frozen=True)
+class ParseContext:
+    """What a parser needs besides the lines: the file's defaults."""
+
+    file: str
+    year: int
+    tz: str = "UTC"
+    boot_time_ns: int | None = None
+    boot_inferred: bool = False
+    host_fields: tuple[str, ...] = ("host", "hostname", "host.name", "_HOSTNAME")
+
+
+def file_source_kind(path: str) -> str | None:
+    """SourceKind implied by a file name (Slurm daemon logs), or None."""
+    return SourceKind.SLURM.value if _SLURM_FILE.search(PurePath(path).name) else None
+
+
+def short_host(col: pl.Expr) -> pl.Expr:
+    """FQDN -> short host name (as Slurm knows it); IPv4 addresses and nulls kept as they are."""
+    c = col.str.strip_chars()
+    return (pl.when(c.is_null() | c.eq("") | c.eq("-")).then(pl.lit(None, pl.String))
+            .when(c.str.contains(RE_IPV4)).then(c)
+            .otherwise(c.str.replace(r"^([^.]+)\..*$", "${1}")))
+
+
+def naive_to_utc_ns(dt: pl.Expr, tz: str) -> pl.Expr:
+    """A naive Datetime expression read in ``tz`` -> Int64 ns UTC (null for times that do not exist)."""
+    if tz.upper() == "UTC":
+        return dt.dt.epoch("ns")
+    return dt.dt.replace_time_zone(tz, ambiguous="earliest", non_existent="null").dt.epoch("ns")
+
+
+def _frac_ns(frac: pl.Expr) -> pl.Expr:
+    return pl.when(frac.is_null()).then(pl.lit(0, pl.Int64)).otherwise(
+        frac.str.pad_end(9, "0").cast(pl.Int64, strict=False))
+
+
+def _program_source(program: pl.Expr, message: pl.Expr, file_kind: str | None) -> pl.Expr:
+    p = program.str.to_lowercase()
+    e = (pl.when(p.eq("kernel") | message.str.starts_with("NVRM:")).then(pl.lit(SourceKind.KERNEL.value))
+         .when(p.is_in(list(SLURM_DAEMONS))).then(pl.lit(SourceKind.SLURM.value)))
+    return e.otherwise(pl.lit(file_kind or SourceKind.OTHER.value))
+
+
+def _base_cols(df: pl.DataFrame) -> pl.DataFrame:
+    """The columns every parser returns, with defaults, in a fixed order."""
+    defaults = {"ts": pl.Int64, "ts_inferred": pl.Boolean, "has_ts": pl.Boolean, "header": pl.Boolean,
+                "malformed": pl.Boolean, "host": pl.String, "job_id": pl.String, "source": pl.String,
+                "rank": pl.Int32, "stream_id": pl.String, "message": pl.String}
+    cols = [pl.col("lineno"), pl.col("text")]
+    for name, dtype in defaults.items():
+        if name in df.columns:
+            cols.append(pl.col(name).cast(dtype))
+        elif dtype == pl.Boolean:
+            cols.append(pl.lit(False).alias(name))
+        else:
+            cols.append(pl.lit(None, dtype).alias(name))
+    extra = [c for c in ("body", "nvrm") if c in df.columns]
+    return df.select(cols + [pl.col(c) for c in extra])
+
+
+# --- syslog ------------------------------------------------------------------------------------
+def parse_syslog(lines: pl.DataFrame, ctx: ParseContext) -> pl.DataFrame:
+    """RFC5424, RFC3164 and rsyslog ISO lines (mixed in one file is fine)."""
+    t = pl.col("text")
+    a = t.str.extract_groups(RE_5424)
+    b = t.str.extract_groups(RE_3164)
+    c = t.str.extract_groups(RE_ISOSYSLOG)
+    df = lines.with_columns(a=a, b=b, c=c)
+    af, bf, cf = (lambda i: pl.col("a").struct.field(str(i)), lambda i: pl.col("b").struct.field(str(i)),
+                  lambda i: pl.col("c").struct.field(str(i)))
+    is_a, is_b, is_c = af(2).is_not_null(), bf(1).is_not_null(), cf(1).is_not_null()
+    # RFC3164 time: year from ctx
+    b_str = pl.concat_str([pl.lit(str(ctx.year)), bf(1), bf(2).str.zfill(2), bf(3)], separator=" ")
+    b_dt = b_str.str.strptime(pl.Datetime("us"), "%Y %b %d %H:%M:%S", strict=False)
+    b_ns = naive_to_utc_ns(b_dt, ctx.tz) + _frac_ns(bf(4))
+    a_ns = rfc3339_to_ns_expr(af(2))
+    c_ns = rfc3339_to_ns_expr(cf(1))
+    host = pl.when(is_a).then(af(3)).when(is_b).then(bf(5)).when(is_c).then(cf(2))
+    prog = pl.when(is_a).then(af(4)).when(is_b).then(bf(6)).when(is_c).then(cf(3))
+    raw_msg = pl.when(is_a).then(af(8)).when(is_b).then(bf(7)).when(is_c).then(cf(4)).otherwise(t)
+    df = df.with_columns(
+        header=is_a | is_b | is_c,
+        has_ts=pl.lit(True),
+        ts=pl.when(is_a).then(a_ns).when(is_b).then(b_ns).when(is_c).then(c_ns),
+        host=short_host(host),
+        job_id=af(7).str.extract(RE_SD_JOB, 1),
+        prog=prog,
+        message=pl.when(is_a | is_b | is_c).then(raw_msg.str.replace(RE_UPTIME_PREFIX, "")).otherwise(t),
+    )
+    # a line that is not a header but is indented is a continuation, not a bad timestamp
+    df = df.with_columns(has_ts=pl.col("header") | ~t.str.contains(r"^\s")).with_columns(
+        source=_program_source(pl.col("prog"), pl.col("message"), file_source_kind(ctx.file)),
+        nvrm=pl.col("message").str.starts_with("NVRM: "),
+        body=pl.col("message"))
+    return _base_cols(df)
+
+
+# --- dmesg -------------------------------------------------------------------------------------
+def parse_dmesg(lines: pl.DataFrame, ctx: ParseContext) -> pl.DataFrame:
+    """``[12345.678901] msg`` (needs a boot time) and ``dmesg -T`` ``[Sun Nov 29 14:06:00 2026] msg``."""
+    t = pl.col("text")
+    r = t.str.extract_groups(RE_DMESG)
+    a = t.str.extract_groups(RE_DMESG_T)
+    rf, af = (lambda i: r.struct.field(str(i))), (lambda i: a.struct.field(str(i)))
+    is_r, is_a = rf(1).is_not_null(), af(1).is_not_null()
+    up_ns = rf(1).cast(pl.Int64, strict=False) * 1_000_000_000 + _frac_ns(rf(2))
+    boot = ctx.boot_time_ns
+    a_dt = af(1).str.replace_all(" +", " ").str.strptime(pl.Datetime("us"), "%a %b %d %H:%M:%S %Y", strict=False)
+    ts = (pl.when(is_r).then(up_ns + pl.lit(boot, pl.Int64) if boot is not None else pl.lit(None, pl.Int64))
+          .when(is_a).then(naive_to_utc_ns(a_dt, ctx.tz)))
+    msg = pl.when(is_r).then(rf(3)).when(is_a).then(af(2)).otherwise(t)
+    df = lines.with_columns(
+        header=is_r | is_a, ts=ts, message=msg,
+        ts_inferred=is_r & pl.lit(ctx.boot_inferred or boot is None),
+    ).with_columns(
+        has_ts=pl.col("header") | ~t.str.contains(r"^\s"),
+        source=pl.lit(SourceKind.KERNEL.value),
+        nvrm=pl.col("message").str.starts_with("NVRM: "),
+        body=pl.col("message"))
+    return _base_cols(df)
+
+
+# --- job output --------------------------------------------------------------------------------
+def parse_job(lines: pl.DataFrame, ctx: ParseContext) -> pl.DataFrame:
+    """Job stdout/stderr: optional rank prefix, then glog / Python-logging / ISO time or none."""
+    t = pl.col("text")
+    rk = t.str.extract_groups(RE_RANK)
+    rank = pl.coalesce(rk.struct.field("1"), rk.struct.field("2")).cast(pl.Int32, strict=False)
+    body = t.str.replace(RE_RANK, "")
+    df = lines.with_columns(rank=rank, body=body)
+    b = pl.col("body")
+    g = b.str.extract_groups(RE_GLOG)
+    gf = lambda i: g.struct.field(str(i))  # noqa: E731
+    g_str = pl.concat_str([pl.lit(str(ctx.year)), gf(2), gf(3), gf(4)], separator=" ")
+    g_ns = naive_to_utc_ns(g_str.str.strptime(pl.Datetime("us"), "%Y %m %d %H:%M:%S", strict=False),
+                           ctx.tz) + _frac_ns(gf(5))
+    iso = b.str.extract_groups(RE_ISO_LEAD)
+    i_time, i_zone = iso.struct.field("1"), iso.struct.field("2")
+    i_ns_utc = rfc3339_to_ns_expr(pl.concat_str([i_time, i_zone.fill_null("")]))
+    if ctx.tz.upper() == "UTC":
+        i_ns = i_ns_utc
+    else:
+        i_dt = i_time.str.replace(",", ".").str.replace("T", " ").str.strptime(
+            pl.Datetime("ns"), "%Y-%m-%d %H:%M:%S%.f", strict=False)
+        i_ns = pl.when(i_zone.is_not_null()).then(i_ns_utc).otherwise(naive_to_utc_ns(i_dt, ctx.tz))
+    is_g, is_i = gf(1).is_not_null(), i_time.is_not_null()
+    file_kind = file_source_kind(ctx.file) or SourceKind.JOB.value
+    df = df.with_columns(
+        has_ts=is_g | is_i,
+        ts=pl.when(is_g).then(g_ns).when(is_i).then(i_ns),
+        host=short_host(b.str.extract(RE_NCCL_HOST, 1)),
+        message=b,
+        header=pl.lit(True),
+        source=pl.lit(file_kind),
+        nvrm=pl.lit(False),
+    )
+    return _base_cols(df)
+
+
+# --- JSON lines: VictoriaLogs and journald -----------------------------------------------------
+VL_JOB_FIELDS = ("job_id", "job", "slurm_job_id", "meta.job_id")
+VL_SOURCE_FIELDS = ("unit", "app_name", "_TRANSPORT", "_SYSTEMD_UNIT", "SYSLOG_IDENTIFIER")
+
+
+def _jget(key: str) -> pl.Expr:
+    path = f"$.{key}" if re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", key) else f"$['{key}']"
+    return pl.col("text").str.json_path_match(path)
+
+
+def _stream_label(key: str) -> pl.Expr:
+    return pl.col("_stream").str.extract(r'[{,]' + re.escape(key) + r'="((?:[^"\\]|\\.)*)"', 1)
+
+
+def vl_columns(host_fields: tuple[str, ...]) -> tuple[str, ...]:
+    keys = ["_time", "_msg", "_stream", "_stream_id", "rank", *host_fields, *VL_JOB_FIELDS, *VL_SOURCE_FIELDS]
+    return tuple(dict.fromkeys(keys))
+
+
+def vl_frame_to_parsed(df: pl.DataFrame, host_fields: tuple[str, ...]) -> pl.DataFrame:
+    """A frame of VictoriaLogs fields (String columns, missing = null) -> parsed-lines columns.
+
+    Needs ``lineno`` and ``text`` (the raw record, kept for quarantine) and ``valid`` (Boolean: the
+    record was a JSON object)."""
+    for k in vl_columns(host_fields):
+        if k not in df.columns:
+            df = df.with_columns(pl.lit(None, pl.String).alias(k))
+    host = pl.coalesce([pl.col(k) for k in host_fields] + [_stream_label(k) for k in host_fields])
+    job = pl.coalesce([pl.col(k) for k in VL_JOB_FIELDS] + [_stream_label(k) for k in VL_JOB_FIELDS])
+    src = pl.coalesce([pl.col(k) for k in VL_SOURCE_FIELDS] + [_stream_label(k) for k in VL_SOURCE_FIELDS])
+    msg = pl.col("_msg").fill_null("")
+    rk = msg.str.extract_groups(r"^\[rank(\d+)\]:")
+    rank = pl.coalesce(pl.col("rank").cast(pl.Int32, strict=False), rk.struct.field("1").cast(pl.Int32, strict=False))
+    s = src.str.to_lowercase()
+    source = (pl.when(s.eq("kernel") | msg.str.starts_with("NVRM:")).then(pl.lit(SourceKind.KERNEL.value))
+              .when(s.str.replace(r"\.service$", "").is_in(list(SLURM_DAEMONS))).then(pl.lit(SourceKind.SLURM.value))
+              .when(job.is_not_null() | rank.is_not_null()).then(pl.lit(SourceKind.JOB.value))
+              .when(pl.col("_TRANSPORT").is_not_null()).then(pl.lit(SourceKind.JOURNALD.value))
+              .otherwise(pl.lit(SourceKind.OTHER.value)))
+    ts = rfc3339_to_ns_expr(pl.col("_time"))
+    out = df.with_columns(
+        ts=ts, has_ts=pl.lit(True), header=pl.lit(True),
+        malformed=~pl.col("valid") | pl.col("_time").is_null() | ts.is_null(),
+        host=short_host(host), job_id=job, source=source, rank=rank,
+        stream_id=pl.col("_stream_id"),
+        message=msg.str.replace(r"^\[rank\d+\]:\s?", ""),
+        nvrm=pl.lit(False),
+    )
+    return _base_cols(out)
+
+
+def _json_valid() -> pl.Expr:
+    return pl.col("text").str.json_path_match("$").str.starts_with("{").fill_null(False)
+
+
+def parse_vl_jsonl(lines: pl.DataFrame, ctx: ParseContext) -> pl.DataFrame:
+    keys = vl_columns(ctx.host_fields)
+    df = lines.with_columns([_jget(k).alias(k) for k in keys] + [_json_valid().alias("valid")])
+    return vl_frame_to_parsed(df, ctx.host_fields)
+
+
+def parse_journald(lines: pl.DataFrame, ctx: ParseContext) -> pl.DataFrame:
+    """``journalctl -o json``: one JSON object per line."""
+    keys = ("__REALTIME_TIMESTAMP", "MESSAGE", "_HOSTNAME", "SYSLOG_IDENTIFIER", "_TRANSPORT",
+            "_SYSTEMD_UNIT", "_COMM")
+    df = lines.with_columns([_jget(k).alias(k) for k in keys] + [_json_valid().alias("valid")])
+    m = pl.col("MESSAGE")
+    as_bytes = m.str.starts_with("[")
+    msg = pl.when(as_bytes).then(
+        m.map_elements(_decode_byte_list, return_dtype=pl.String)).otherwise(m)
+    us = pl.col("__REALTIME_TIMESTAMP").cast(pl.Int64, strict=False)
+    ident = pl.coalesce(pl.col("SYSLOG_IDENTIFIER"), pl.col("_COMM"), pl.col("_SYSTEMD_UNIT")).str.replace(
+        r"\.service$", "")
+    kind = (pl.when(pl.col("_TRANSPORT").eq("kernel") | ident.eq("kernel")).then(pl.lit(SourceKind.KERNEL.value))
+            .when(ident.is_in(list(SLURM_DAEMONS))).then(pl.lit(SourceKind.SLURM.value))
+            .otherwise(pl.lit(SourceKind.JOURNALD.value)))
+    df = df.with_columns(message=msg.fill_null("")).with_columns(
+        ts=us * 1000, has_ts=pl.lit(True), header=pl.lit(True),
+        malformed=~pl.col("valid") | us.is_null(),
+        host=short_host(pl.col("_HOSTNAME")), source=kind,
+        nvrm=pl.col("message").str.starts_with("NVRM: "),
+    )
+    return _base_cols(df)
+
+
+def _decode_byte_list(v: str | None) -> str | None:
+    # only for journald MESSAGE fields that are not valid UTF-8 (rare): a JSON list of byte values
+    try:
+        return bytes(json.loads(v)).decode("utf-8", errors="replace")
+    except (ValueError, TypeError):
+        return v
+
+
+PARSERS = {"syslog": parse_syslog, "dmesg": parse_dmesg, "job": parse_job,
+           "vl-jsonl": parse_vl_jsonl, "journald": parse_journald}
+
+
+def parse_lines(lines: pl.DataFrame, fmt: str, ctx: ParseContext) -> pl.DataFrame:
+    return PARSERS[fmt](lines, ctx)
+
+
+# --- detection ---------------------------------------------------------------------------------
+_R3164 = re.compile(r"^(?:<\d{1,3}>)?[A-Z][a-z]{2} +\d{1,2} \d{2}:\d{2}:\d{2}(?:\.\d+)? \S+ [^\s:\[]+(?:\[\d+\])?:")
+_R5424 = re.compile(r"^<\d{1,3}>1 \S+ \S+ \S+")
+_RISO = re.compile(RE_ISOSYSLOG.replace("(?:Z|[+-]\\d{2}:?\\d{2})", "(?:Z|[+-]\\d{2}:?\\d{2})"))
+_RDMESG = re.compile(r"^\[\s*\d+\.\d+\]|^\[[A-Z][a-z]{2} [A-Z][a-z]{2} +\d{1,2} \d{2}:\d{2}:\d{2} \d{4}\]")
+_SYSLOG_NAMES = re.compile(r"(kern\.log|syslog|messages)", re.I)
+_DMESG_NAMES = re.compile(r"dmesg", re.I)
+
+
+def detect_format(path: str, head: bytes) -> str:
+    """Format of a file from its first KBs of content (gzip heads are inflated) and its name.
+
+    Returns one of ``FORMATS``. Content wins over the name; the name decides ties and empty heads.
+    """
+    name = PurePath(path).name.lower()
+    if head[:2] == b"\x1f\x8b":
+        try:
+            head = zlib.decompressobj(wbits=31).decompress(head, 1 << 16)
+        except zlib.error:
+            head = b""
+        name = name.removesuffix(".gz")
+    if head[:4] == b"PAR1" or name.endswith(".parquet"):
+        return "parquet"
+    text = head.decode("utf-8", errors="replace")
+    sample = [ln for ln in text.splitlines()[:-1] or text.splitlines() if ln.strip()][:40]
+    if sample:
+        js = [ln for ln in sample if ln.lstrip().startswith("{")]
+        if len(js) * 2 >= len(sample):
+            for ln in js:
+                try:
+                    obj = json.loads(ln)
+                except ValueError:
+                    continue
+                if isinstance(obj, dict):
+                    if "__REALTIME_TIMESTAMP" in obj or "__CURSOR" in obj or "MESSAGE" in obj:
+                        return "journald"
+                    return "vl-jsonl"
+            return "vl-jsonl"
+        n = len(sample)
+        sys_hits = sum(bool(_R3164.match(s) or _R5424.match(s) or _RISO.match(s)) for s in sample)
+        dm_hits = sum(bool(_RDMESG.match(s)) for s in sample)
+        if sys_hits * 2 >= n and sys_hits >= dm_hits:
+            return "syslog"
+        if dm_hits * 2 >= n:
+            return "dmesg"
+    if name.endswith((".jsonl", ".ndjson")):
+        return "vl-jsonl"
+    if not sample and _SYSLOG_NAMES.search(name):
+        return "syslog"
+    if not sample and _DMESG_NAMES.search(name):
+        return "dmesg"
+    return "job"

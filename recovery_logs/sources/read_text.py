@@ -1,0 +1,385 @@
+"""TextParser: one text stream (a file, or a tailed file) -> event batches.
+
+Bytes come in with ``feed`` in any chunking; ``flush`` ends the stream. The events are the same
+for any split of the same bytes, because every decision is a function of the lines:
+
+* lines are split on ``\\n`` (a trailing ``\\r`` is dropped); the incomplete last line is held;
+* a line over 1 MiB is quarantined (first 4 KiB, ``oversized``) and never held whole;
+* invalid UTF-8 is decoded with replacement, kept, and quarantined once (``invalid_utf8``);
+* multi-line records (see ``group_records``) may span chunks, so the tail of the parsed lines
+  (the last ``CONT_WINDOW`` lines plus any record reaching into them) is carried and parsed
+  again with the next chunk. A continuation must lie within ``CONT_WINDOW`` lines of the line it
+  continues, which makes this exact;
+* lines without a time of their own take the previous timed line's time; lines before the first
+  timed line take the first timed line's time if it is within the first ``HEAD_HOLD`` lines,
+  else (and for a file with no time at all) the file's mtime. All of these are ``time_inferred``.
+"""
+
+from __future__ import annotations
+
+import collections
+import os
+import re
+import time as _time
+from pathlib import Path
+
+import polars as pl
+
+from recovery_logs.errors import InputError
+from recovery_logs.schema import EVENT_SCHEMA, QuarantineReason
+from recovery_logs.sources.formats import TEXT_FORMATS, ParseContext, detect_format, parse_lines
+from recovery_logs.sources.read_common import (
+    MAX_LINE_BYTES,
+    QUARANTINE_RAW_BYTES,
+    Batch,
+    Deduper,
+    Finisher,
+    ReadOptions,
+    cut_raw,
+    empty_quarantine,
+    quarantine_frame,
+)
+
+CONT_WINDOW = 1000
+HEAD_HOLD = 10_000
+DETECT_BYTES = 64 * 1024
+
+_T = r"^Traceback \(most recent call last\):\s*$"
+_C = (r"^(?:During handling of the above exception, another exception occurred:"
+      r"|The above exception was the direct cause of the following exception:)\s*$")
+
+
+def path_field(path: str, regex: str) -> str | None:
+    """Last match's first non-empty group of ``regex`` in the posix form of ``path``."""
+    hit = None
+    for m in re.finditer(regex, Path(path).as_posix()):
+        g = next((x for x in m.groups() if x), None) if m.groups() else m.group(0)
+        if g:
+            hit = g
+    return hit
+
+
+def _oversized_raw(b: bytes) -> str:
+    return b[: 2 * QUARANTINE_RAW_BYTES].decode("utf-8", errors="replace").encode()[:QUARANTINE_RAW_BYTES] \
+        .decode("utf-8", errors="ignore")
+
+
+class TextParser:
+    """Stateful parser for one text stream. ``feed`` any chunk; ``flush`` at the end."""
+
+    def __init__(self, file: str, opts: ReadOptions, fmt: str | None = None, seq_start: int = 0,
+                 *, dedup: Deduper | None = None, mtime_ns: int | None = None) -> None:
+        self.file = file
+        self.opts = opts
+        self.fmt = fmt if fmt not in (None, "auto") else None
+        if self.fmt is not None and self.fmt not in TEXT_FORMATS:
+            raise InputError(f"TextParser: unknown text format {self.fmt!r}", path=file)
+        if mtime_ns is None:
+            try:
+                mtime_ns = os.stat(file).st_mtime_ns
+            except OSError:
+                mtime_ns = _time.time_ns()
+        self.mtime_ns = mtime_ns
+        year = opts.year or _time.gmtime(mtime_ns // 1_000_000_000).tm_year
+        self.ctx = ParseContext(file=file, year=year, tz=opts.tz, boot_time_ns=opts.boot_time_ns,
+                                host_fields=opts.host_fields)
+        self.path_host = path_field(file, opts.path_host_regex) if opts.path_host_regex else None
+        self.path_job = path_field(file, opts.path_job_regex) if opts.path_job_regex else None
+        self.finisher = Finisher(file, seq_start, dedup)
+        self._head = b""            # bytes held until the format is known
+        self._pending = b""         # incomplete last line
+        self._over = False          # the pending line is already over MAX_LINE_BYTES
+        self._next_line = 1
+        self._carry = pl.DataFrame(schema={"lineno": pl.Int64, "text": pl.String})
+        self._last_ts: int | None = None   # time carried into the carried lines
+        self._head_fill: int | None = None  # time for lines before the first timed line, once known
+
+    @property
+    def next_seq(self) -> int:
+        return self.finisher.next_seq
+
+    def set_boot_time(self, boot_ns: int, inferred: bool) -> None:
+        """Absolute time of uptime 0 for relative dmesg lines (call before the first feed)."""
+        self.ctx = ParseContext(file=self.ctx.file, year=self.ctx.year, tz=self.ctx.tz, boot_time_ns=boot_ns,
+                                boot_inferred=inferred, host_fields=self.ctx.host_fields)
+
+    # --- public -------------------------------------------------------------------------------
+    def feed(self, data: bytes) -> Batch:
+        stats: collections.Counter = collections.Counter()
+        stats["bytes"] += len(data)
+        if self.fmt is None:
+            self._head += data
+            if len(self._head) < DETECT_BYTES:
+                return self._empty(stats)
+            data, self._head = self._head, b""
+            self.fmt = detect_format(self.file, data[:DETECT_BYTES])
+        return self._process(data, final=False, stats=stats)
+
+    def flush(self) -> Batch:
+        stats: collections.Counter = collections.Counter()
+        data = b""
+        if self.fmt is None:
+            data, self._head = self._head, b""
+            self.fmt = detect_format(self.file, data[:DETECT_BYTES])
+        return self._process(data, final=True, stats=stats)
+
+    # --- internals ------------------------------------------------------------------------------
+    def _empty(self, stats: collections.Counter) -> Batch:
+        return Batch(pl.DataFrame(schema=EVENT_SCHEMA), empty_quarantine(), stats)
+
+    def _split(self, data: bytes, final: bool, stats: collections.Counter, quar: list) -> pl.DataFrame:
+        """New complete lines as (lineno, text); oversized and invalid-UTF-8 lines quarantined."""
+        buf = self._pending + data
+        cut = buf.rfind(b"\n")
+        if final:
+            complete, rest = buf, b""
+            if complete.endswith(b"\n"):
+                complete = complete[:-1]
+            elif not complete and not self._over:
+                self._pending = b""
+                return pl.DataFrame(schema={"lineno": pl.Int64, "text": pl.String})
+        elif cut < 0:
+            complete, rest = None, buf
+        else:
+            complete, rest = buf[:cut], buf[cut + 1:]
+        if complete is None:      # no newline yet: hold, but never more than a cut-off prefix
+            if len(rest) > MAX_LINE_BYTES:
+                self._over = True
+                rest = rest[: 2 * QUARANTINE_RAW_BYTES]
+            self._pending = rest
+            return pl.DataFrame(schema={"lineno": pl.Int64, "text": pl.String})
+        self._pending = rest
+        start = self._next_line
+        if self._over:            # finish the oversized line that was being held
+            nl = complete.find(b"\n")
+            first, complete = (complete, b"") if nl < 0 else (complete[:nl], complete[nl + 1:])
+            stats["oversized"] += 1
+            stats["lines"] += 1
+            quar.append(quarantine_frame(self.file, [start], QuarantineReason.OVERSIZED.value,
+                                         [_oversized_raw(first)]))
+            self._over = False
+            start += 1
+            if nl < 0:
+                self._next_line = start
+                return pl.DataFrame(schema={"lineno": pl.Int64, "text": pl.String})
+        if len(rest) > MAX_LINE_BYTES:
+            self._over = True
+            self._pending = rest[: 2 * QUARANTINE_RAW_BYTES]
+        text, bad = _decode(complete)
+        df = (pl.DataFrame({"text": [text]}).select(pl.col("text").str.split("\n")).explode("text")
+              .with_row_index("lineno", offset=start)
+              .with_columns(pl.col("lineno").cast(pl.Int64), pl.col("text").str.strip_suffix("\r")))
+        n = df.height
+        self._next_line = start + n
+        stats["lines"] += n
+        if bad:
+            stats["invalid_utf8"] += len(bad)
+            quar.append(quarantine_frame(self.file, [start + i for i, _ in bad], QuarantineReason.INVALID_UTF8.value,
+                                         [r[:QUARANTINE_RAW_BYTES] for _, r in bad]))
+        over = df.filter(pl.col("text").str.len_bytes() > MAX_LINE_BYTES)
+        if over.height:
+            stats["oversized"] += over.height
+            quar.append(quarantine_frame(self.file, over["lineno"].to_list(), QuarantineReason.OVERSIZED.value,
+                                         [_oversized_raw(t.encode()) for t in over["text"].to_list()]))
+            df = df.filter(pl.col("text").str.len_bytes() <= MAX_LINE_BYTES)
+        return df
+
+    def _process(self, data: bytes, final: bool, stats: collections.Counter) -> Batch:
+        quar: list[pl.DataFrame] = []
+        new = self._split(data, final, stats, quar)
+        lines = pl.concat([self._carry, new]) if self._carry.height else new
+        if lines.height == 0:
+            q = pl.concat(quar) if quar else empty_quarantine()
+            return Batch(pl.DataFrame(schema=EVENT_SCHEMA), q, stats)
+        parsed = parse_lines(lines, self.fmt, self.ctx)
+        if self.fmt in ("vl-jsonl", "journald"):
+            rec = self._json_records(parsed, stats, quar)
+            self._carry = self._carry.clear()
+        else:
+            end = int(lines["lineno"].max())
+            rec = self._text_records(parsed, final, end, stats)
+        events, q = self.finisher.finish(rec, stats)
+        if q.height:
+            quar.append(q)
+        qq = pl.concat(quar) if quar else empty_quarantine()
+        return Batch(events, qq, stats)
+
+    def _fill_ids(self, df: pl.DataFrame, line_host_first: bool) -> pl.DataFrame:
+        o = self.opts
+        host = pl.col("host")
+        if o.host is not None:
+            host = pl.lit(o.host)
+        elif line_host_first:
+            host = pl.coalesce(host, pl.lit(self.path_host, pl.String))
+        else:
+            host = pl.coalesce(pl.lit(self.path_host, pl.String), host)
+        job = pl.lit(o.job) if o.job is not None else pl.coalesce(pl.col("job_id"), pl.lit(self.path_job, pl.String))
+        return df.with_columns(host=host.cast(pl.String), job_id=job.cast(pl.String))
+
+    def _json_records(self, parsed: pl.DataFrame, stats: collections.Counter, quar: list) -> pl.DataFrame:
+        parsed = parsed.filter(pl.col("text").str.strip_chars() != "")
+        bad = parsed.filter(pl.col("malformed"))
+        if bad.height:
+            stats["malformed"] += bad.height
+            quar.append(bad.select(pl.lit(self.file).alias("file"), pl.col("lineno").alias("line"),
+                                   pl.lit(QuarantineReason.MALFORMED.value).alias("reason"),
+                                   cut_raw(pl.col("text")).alias("raw")))
+        ok = parsed.filter(~pl.col("malformed"))
+        ok = self._fill_ids(ok, line_host_first=True)
+        return ok.select(
+            pl.col("ts"), (~pl.col("ts_inferred")).alias("own_time"), pl.lit(False).alias("bad_ts"),
+            pl.col("text").alias("raw_first"),
+            pl.coalesce(pl.col("stream_id"), pl.lit(self.file)).alias("ooo_key"),
+            "host", "job_id", "source", pl.lit(self.file).alias("file"), pl.col("lineno").alias("line"),
+            "stream_id", "rank", "message")
+
+    def _text_records(self, parsed: pl.DataFrame, final: bool, end: int, stats: collections.Counter) -> pl.DataFrame:
+        g = group_records(parsed, self.fmt)
+        # --- carry: everything from the first line of a record that may still grow ------------
+        if final:
+            cut = end + 1
+        else:
+            spans = g.group_by("gkey").agg(pl.col("lineno").min().alias("first"), pl.col("lineno").max().alias("last"))
+            cut = end - CONT_WINDOW + 1
+            while True:
+                lo = spans.filter(pl.col("last") >= cut)["first"].min()
+                if lo is None or lo >= cut:
+                    break
+                cut = int(lo)
+        # --- time inference -------------------------------------------------------------------
+        g = g.with_columns(ff=pl.col("ts").forward_fill())
+        if self._last_ts is not None:
+            g = g.with_columns(ff=pl.col("ff").fill_null(self._last_ts))
+        if self._head_fill is None:
+            timed = g.filter(pl.col("ts").is_not_null())
+            if timed.height and int(timed["lineno"][0]) <= HEAD_HOLD:
+                self._head_fill = int(timed["ts"][0])
+            elif timed.height or end >= HEAD_HOLD or final:
+                self._head_fill = self.mtime_ns
+            else:
+                cut = int(g["lineno"].min())   # hold everything until we know
+        if self._head_fill is not None:
+            g = g.with_columns(ff=pl.col("ff").fill_null(self._head_fill))
+        emit = g.filter(pl.col("lineno") < cut)
+        keep = g.filter(pl.col("lineno") >= cut)
+        self._carry = keep.select("lineno", "text")
+        if emit.height:
+            last_ff = emit["ff"][-1]
+            if last_ff is not None:
+                self._last_ts = int(last_ff)
+        emit = emit.filter(~pl.col("drop"))
+        # --- records ---------------------------------------------------------------------------
+        emit = emit.with_columns(first=pl.col("lineno").min().over("gkey"))
+        firsts = emit.filter(pl.col("lineno") == pl.col("first"))
+        multi = emit.filter(pl.col("first") != pl.col("lineno"))
+        stats["multiline_joined"] += multi.height
+        if multi.height:
+            joined = (emit.filter(pl.col("gkey").is_in(multi["gkey"].unique().implode()))
+                      .group_by("gkey").agg(pl.col("message").str.join("\n").alias("_joined")))
+            firsts = firsts.join(joined, on="gkey", how="left").with_columns(
+                message=pl.coalesce("_joined", "message")).drop("_joined")
+        firsts = firsts.sort("lineno")
+        firsts = self._fill_ids(firsts, line_host_first=self.fmt != "job")
+        own = pl.col("ts").is_not_null() & ~pl.col("ts_inferred")
+        return firsts.select(
+            pl.coalesce("ts", "ff").alias("ts"), own.alias("own_time"),
+            (pl.col("has_ts") & pl.col("ts").is_null()).alias("bad_ts"),
+            pl.col("text").alias("raw_first"), pl.lit(self.file).alias("ooo_key"),
+            "host", "job_id", "source", pl.lit(self.file).alias("file"), pl.col("lineno").alias("line"),
+            "stream_id", "rank", "message")
+
+
+def group_records(p: pl.DataFrame, fmt: str) -> pl.DataFrame:
+    """Add ``gkey`` (record id) and ``drop`` (stand-alone blank line) to parsed lines.
+
+    Continuations join the previous line of the same stream (same rank; for syslog also the same
+    host) within ``CONT_WINDOW`` lines:
+
+    * indented lines (not after a blank line), and lines that fail the syslog/dmesg header but
+      are indented;
+    * Python tracebacks (job files): from ``Traceback (most recent call last):`` through the first
+      non-indented line (the ``SomeError: message`` line), with chained blocks ("During handling
+      of the above exception…", "The above exception was the direct cause…") and the blank lines
+      around them;
+    * NVRM messages split over lines (syslog/dmesg): an ``NVRM: `` line whose text starts lower
+      case or with ``(``, after an ``NVRM: `` line that does not end a sentence, within 1 s.
+    """
+    body = pl.col("body")
+    blank = body.str.strip_chars() == ""
+    p = p.with_columns(
+        key=pl.concat_str([pl.col("host").forward_fill().fill_null(""), pl.col("rank").cast(pl.String).fill_null("")],
+                          separator="|") if fmt != "job" else pl.col("rank").cast(pl.String).fill_null(""),
+        blank=blank,
+        ind=body.str.contains(r"^\s") & ~blank & ~pl.col("header").fill_null(False),
+    ).with_columns(
+        gap=(pl.col("lineno") - pl.col("lineno").shift(1)).over("key"),
+        prev_blank=pl.col("blank").shift(1).over("key"),
+    ).with_columns(near=pl.col("gap").le(CONT_WINDOW).fill_null(False))
+    near = pl.col("near")
+    ind_cont = pl.col("ind") & near & ~pl.col("prev_blank").fill_null(True)
+    if fmt == "job":
+        T = body.str.contains(_T)
+        C = body.str.contains(_C)
+        p = p.with_columns(T=T, C=C).with_columns(
+            other=~pl.col("T") & ~pl.col("C") & ~pl.col("blank") & ~body.str.contains(r"^\s"),
+            sub=pl.col("T").cum_sum().over("key"),
+        ).with_columns(
+            n_other=(pl.col("other").cast(pl.Int32).cum_sum() - pl.col("other").cast(pl.Int32)).over(["key", "sub"]),
+        ).with_columns(in_tb=(pl.col("sub") > 0) & (pl.col("n_other") == 0) & ~pl.col("T"))
+        code = (pl.when(pl.col("blank")).then(None).when(pl.col("C")).then(2).when(pl.col("T")).then(1)
+                .when(pl.col("in_tb")).then(3).otherwise(0))
+        nb_line = pl.when(pl.col("blank")).then(None).otherwise(pl.col("lineno"))
+        p = p.with_columns(code=code, nbl=nb_line).with_columns(
+            prev_nb=pl.col("code").shift(1).forward_fill().over("key"),
+            next_nb=pl.col("code").shift(-1).backward_fill().over("key"),
+            next_nbl=pl.col("nbl").shift(-1).backward_fill().over("key"),
+        )
+        pn, nn = pl.col("prev_nb"), pl.col("next_nb")
+        next_near = (pl.col("next_nbl") - pl.col("lineno")).le(CONT_WINDOW).fill_null(False)
+        chain = ((pl.col("C") & pn.eq(3)) | (pl.col("T") & pn.eq(2))
+                 | (pl.col("blank") & next_near & ((pn.eq(3) & nn.eq(2)) | (pn.eq(2) & nn.eq(1)))))
+        cont = near & ((pl.col("in_tb") & (~pl.col("blank") | (nn.eq(3) & next_near)))
+                       | chain.fill_null(False)) | ind_cont
+    else:
+        m = pl.col("message")
+        prev_m = m.shift(1).over("key")
+        dt = (pl.col("ts") - pl.col("ts").shift(1).over("key")).abs()
+        nv = (pl.col("nvrm") & pl.col("nvrm").shift(1).over("key").fill_null(False)
+              & ~prev_m.str.contains(r"[.:!]\s*$").fill_null(True)
+              & m.str.contains(r"^NVRM: [a-z(]") & dt.le(1_000_000_000).fill_null(True) & near)
+        cont = nv | ind_cont
+    p = p.with_columns(cont=cont.fill_null(False))
+    p = p.with_columns(drop=pl.col("blank") & ~pl.col("cont"))
+    p = p.with_columns(gid=(~pl.col("cont") & ~pl.col("drop")).cast(pl.Int64).cum_sum().over("key"))
+    return p.with_columns(gkey=pl.concat_str([pl.col("key"), pl.col("gid").cast(pl.String)], separator="#"))
+
+
+def _decode(b: bytes) -> tuple[str, list[tuple[int, str]]]:
+    """UTF-8 with replacement; also (line index, raw with \\x escapes) of each line with bad bytes."""
+    try:
+        return b.decode("utf-8"), []
+    except UnicodeDecodeError:
+        pass
+    parts: list[str] = []
+    bad: list[tuple[int, str]] = []
+    pos, line_idx = 0, 0
+    while pos <= len(b):
+        try:
+            parts.append(b[pos:].decode("utf-8"))
+            break
+        except UnicodeDecodeError as e:
+            err = pos + e.start
+            ls = b.rfind(b"\n", pos, err) + 1 if b.rfind(b"\n", pos, err) >= 0 else pos
+            le = b.find(b"\n", err)
+            le = len(b) if le < 0 else le
+            good = b[pos:ls].decode("utf-8")
+            line_idx += good.count("\n")
+            parts.append(good)
+            raw = b[ls:le]
+            parts.append(raw.decode("utf-8", errors="replace"))
+            bad.append((line_idx, raw.decode("utf-8", errors="backslashreplace")))
+            if le < len(b):
+                parts.append("\n")
+                line_idx += 1
+            pos = le + 1
+    return "".join(parts), bad
