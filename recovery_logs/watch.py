@@ -1,0 +1,376 @@
+"""The watch loop: live sources -> Engine -> new/updated incidents -> output, remediation, state.
+
+One :meth:`Watcher.step` is: poll the sources (VictoriaLogs tail + catch-up, files ``tail -F``),
+turn rows into events with the same readers replay uses, feed the same :class:`Engine`,
+advance the event-time watermark to ``now - lateness``, rank incidents, report the ones that are
+new or changed, then persist the cursor. Commit order: output (and remediation) first, then the
+cursor — a crash in between re-reports at most one step, it never loses one.
+
+Restart: the cursor in ``--state-dir`` holds the VictoriaLogs resume point (``complete_ns``:
+everything up to it was read by a finished catch-up query), file offsets (only of fully parsed
+data) and the incidents already reported with the version last printed. On start the engine is
+rebuilt from ``[complete - context, complete - lateness)`` (so attribution has its context), the
+live read resumes at ``complete - lateness``, and an incident is printed again only if it
+gained evidence or changed status.
+
+Late events: an event older than the watermark when it arrives is counted (``late``) and still
+fed; attribution is a function of all accumulated findings, so it is still attributed.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+
+from recovery_logs.config import EngineConfig
+from recovery_logs.errors import ConfigError, RecoveryLogsError, SourceError
+from recovery_logs.model import Incident
+from recovery_logs.sources.tail import NS, FileFollower, VLFollower, WatchCursor, cursor_name, history_rows
+from recovery_logs.sources.victorialogs import VictoriaLogsClient, parse_url
+
+__all__ = ["WatchOptions", "Watcher", "compose_query", "incident_rows", "parse_sources"]
+
+log = logging.getLogger("recovery_logs.watch")
+EXPORT_UNIT = "recovery-logs"
+
+
+@dataclass(frozen=True)
+class WatchOptions:
+    """``sources``: ``victorialogs://HOST:PORT`` and/or ``file:PATH`` (globs). Durations in seconds
+    except the tail parameters, which are VictoriaLogs durations (``1s``, ``500ms``)."""
+
+    sources: tuple[str, ...]
+    query: str | None = None             # extra LogsQL filter (stream filters), AND-ed with the prefilter
+    state_dir: Path | None = None
+    refresh_s: float = 1.0
+    lateness_s: float = 30.0
+    catchup_s: float = 5.0
+    context_s: float = 600.0
+    duration_s: float | None = None
+    rules_dir: Path | None = None
+    export_incidents: bool = False
+    prefilter: bool = True
+    tail_offset: str = "1s"
+    tail_start_offset: str = "5s"
+    read: Any = None                     # sources.read_common.ReadOptions
+    config: EngineConfig | None = None
+    max_keys: int = 2_000_000
+    reconnect_backoff_s: float = 0.5
+    decision: str = "record_only"
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+def parse_sources(specs: Sequence[str]) -> tuple[str | None, list[str]]:
+    """``victorialogs://H:P`` and ``file:PATH[,file:PATH...]`` -> (VL base URL or None, file patterns)."""
+    vl: str | None = None
+    files: list[str] = []
+    for spec in specs:
+        for part in [p.strip() for p in spec.split(",") if p.strip()] if spec.startswith("file:") else [spec.strip()]:
+            if part.startswith("file:"):
+                path = part[len("file:"):]
+                if not path:
+                    raise ConfigError("empty file: source", value=spec)
+                files.append(path)
+            elif "://" in part:
+                if vl is not None:
+                    raise ConfigError("only one VictoriaLogs source per watch", value=spec)
+                vl = parse_url(part)
+            else:
+                raise ConfigError("unknown --source; use victorialogs://HOST:PORT or file:PATH", value=part)
+    if vl is None and not files:
+        raise ConfigError("watch needs at least one --source")
+    return vl, files
+
+
+def compose_query(user: str | None, prefilter: str | None) -> str:
+    """User stream filter AND rule-pack prefilter, never our own exported lines."""
+    parts = [f"({p})" for p in (user, prefilter) if p and p.strip() and p.strip() != "*"]
+    parts.append(f'!unit:="{EXPORT_UNIT}"')
+    return " ".join(parts)
+
+
+def incident_rows(incidents: Sequence[Incident]) -> list[dict[str, str]]:
+    """Incidents as VictoriaLogs log lines (``unit=recovery-logs``) for ``insert_jsonline``."""
+    import json
+
+    from recovery_logs.timeutil import ns_to_iso
+
+    rows = []
+    for inc in incidents:
+        rows.append({"_time": ns_to_iso(inc.detected_at), "host": inc.node or "", "unit": EXPORT_UNIT,
+                     "job_id": inc.job_id or "", "incident_id": inc.id, "category": inc.category,
+                     "severity": inc.severity, "status": inc.status,
+                     "_msg": f"recovery-logs incident {inc.id} {inc.severity} {inc.category} on "
+                             f"{inc.node or '-'}: {inc.cause}",
+                     "incident": json.dumps(inc.to_dict(), ensure_ascii=False)})
+    return rows
+
+
+def _version(inc: Incident) -> dict[str, Any]:
+    return {"last_seen": inc.last_seen, "count": inc.count, "status": inc.status, "severity": inc.severity}
+
+
+def _changed(old: dict[str, Any] | None, inc: Incident) -> bool:
+    if old is None:
+        return True
+    return (inc.count > old.get("count", 0) or inc.last_seen > old.get("last_seen", 0)
+            or inc.status != old.get("status") or inc.severity != old.get("severity"))
+
+
+class Watcher:
+    """Drives one watch. ``emit(kind, incident)`` gets each new/updated incident (kind is
+    ``"new"`` or ``"updated"``); ``on_incidents(list)`` gets them per step (remediation hook)."""
+
+    def __init__(self, options: WatchOptions, *, engine: Any = None,
+                 emit: Callable[[str, Incident], None] | None = None,
+                 on_incidents: Callable[[list[Incident]], None] | None = None,
+                 metrics: Any = None, clock: Callable[[], int] = time.time_ns,
+                 client: VictoriaLogsClient | None = None) -> None:
+        from recovery_logs.pipeline import Engine
+        from recovery_logs.sources.read_common import ReadOptions
+
+        self.options = options
+        cfg = options.config or EngineConfig(lateness_s=options.lateness_s, rules_dir=options.rules_dir)
+        self.engine = engine if engine is not None else Engine(cfg)
+        self.read = options.read or ReadOptions()
+        self.emit = emit
+        self.on_incidents = on_incidents
+        self.metrics = metrics
+        self.clock = clock
+        self.vl_url, self.file_patterns = parse_sources(options.sources)
+        self.client = client if client is not None else (VictoriaLogsClient(self.vl_url) if self.vl_url else None)
+        self.cursor = WatchCursor.load(options.state_dir, cursor_name(options.sources, options.query))
+        self.stats: Counter[str] = Counter()
+        self.seq = 0
+        self.lateness_ns = int(options.lateness_s * NS)
+        self.vl: VLFollower | None = None
+        self.files: FileFollower | None = None
+        self._parsers: dict[str, Any] = {}
+        self._idle: dict[str, int] = {}
+        self._last_counts: Counter[str] = Counter()
+        self.incidents: list[Incident] = []
+        self.last_error: str | None = None
+        self.query: str | None = None
+        self.fields: list[str] | None = None
+
+    # -- setup -------------------------------------------------------------------------------
+    def open(self) -> Watcher:
+        if self.vl_url is not None:
+            from recovery_logs.sources.formats import vl_columns
+
+            pre = self.engine.pack.logsql_prefilter() if self.options.prefilter else None
+            self.query = compose_query(self.options.query, pre)
+            self.fields = list(dict.fromkeys(["_time", "_stream_id", "_stream", "_msg",
+                                              *vl_columns(tuple(self.read.host_fields))]))
+            resume = self.cursor.complete_ns
+            if resume is not None:
+                self._rebuild(resume)
+            assert self.client is not None
+            self.vl = VLFollower(self.client, self.query, fields=self.fields, lateness_s=self.options.lateness_s,
+                                 catchup_s=self.options.catchup_s, tail_offset=self.options.tail_offset,
+                                 tail_start_offset=self.options.tail_start_offset,
+                                 refresh=f"{int(self.options.refresh_s * 1000)}ms", resume_from_ns=resume,
+                                 clock=self.clock, max_keys=self.options.max_keys,
+                                 reconnect_backoff_s=self.options.reconnect_backoff_s).start()
+        if self.file_patterns:
+            self.files = FileFollower(self.file_patterns, offsets=dict(self.cursor.files))
+        return self
+
+    def _rebuild(self, resume_ns: int) -> None:
+        """Context for attribution after a restart: history before the resume window."""
+        assert self.client is not None and self.query is not None
+        lo, hi = resume_ns - int(self.options.context_s * NS), resume_ns - self.lateness_ns - 1
+        if hi < lo:
+            return
+        try:
+            for rows in history_rows(self.client, self.query, lo, hi, fields=self.fields):
+                self._feed(self._vl_events(rows), count_late=False)
+                self.stats["rebuilt"] += len(rows)
+        except SourceError as exc:
+            self._error("rebuild", exc)
+
+    # -- conversion --------------------------------------------------------------------------
+    def _vl_events(self, rows: list[dict[str, str]]) -> Any:
+        from recovery_logs.sources.files import events_from_vl_records
+
+        return events_from_vl_records(rows, self.read, seq_start=self.seq, file=f"victorialogs:{self.vl_url}")
+
+    def _file_batches(self, now: int) -> list[Any]:
+        from recovery_logs.sources.read_text import TextParser
+
+        assert self.files is not None
+        out = []
+        for path, data, restarted in self.files.poll():
+            parser = self._parsers.get(path)
+            if restarted and parser is not None:
+                out.append(parser.flush())
+                parser = None
+            if parser is None:
+                parser = self._parsers[path] = TextParser(path, self.read, seq_start=self.seq)
+            if data:
+                out.append(parser.feed(data))
+                self._idle[path] = now
+        for path, parser in self._parsers.items():   # idle files: emit held (multi-line) records
+            since = self._idle.get(path)
+            if since is not None and now - since >= int(self.options.refresh_s * NS):
+                out.append(parser.flush())
+                del self._idle[path]
+                if path in self.files.offsets:
+                    self.cursor.files[path] = dict(self.files.offsets[path])
+        return out
+
+    # -- one step ----------------------------------------------------------------------------
+    def _feed(self, batch: Any, count_late: bool = True) -> int:
+        self.stats.update({k: v for k, v in batch.stats.items() if isinstance(v, int)})
+        ev: pl.DataFrame = batch.events
+        if ev.height == 0:
+            return 0
+        ev = ev.with_columns(pl.int_range(self.seq, self.seq + ev.height, dtype=pl.Int64).alias("seq"))
+        self.seq += ev.height
+        wm = self.engine.watermark_ns
+        if count_late and wm is not None:
+            late = ev.select((pl.col("time").dt.epoch("ns") < wm).sum()).item()
+            self.stats["late"] += int(late or 0)
+        self.engine.feed(ev)
+        self.stats["events"] += ev.height
+        return ev.height
+
+    def _error(self, stage: str, exc: BaseException) -> None:
+        self.stats[f"errors_{stage}"] += 1
+        self.last_error = f"{stage}: {exc}"
+        if self.metrics is not None:
+            self.metrics.errors.labels(stage=stage).inc()
+        log.warning("%s: %s", stage, exc)
+
+    def step(self) -> list[tuple[str, Incident]]:
+        now = self.clock()
+        fed = 0
+        if self.vl is not None:
+            rows = self.vl.poll(now)
+            if rows:
+                fed += self._feed(self._vl_events(rows))
+            self.cursor.complete_ns = self.vl.complete_ns
+            self.last_error = self.vl.last_error
+        if self.files is not None:
+            try:
+                for b in self._file_batches(now):
+                    fed += self._feed(b)
+            except RecoveryLogsError as exc:
+                self._error("files", exc)
+        self.engine.advance(now - self.lateness_ns)
+        changed = self._report()
+        self._sync_metrics(now)
+        if changed or fed:
+            self.cursor.save()
+        return changed
+
+    def _report(self) -> list[tuple[str, Incident]]:
+        try:
+            self.incidents = self.engine.incidents(self.options.decision)
+        except RecoveryLogsError as exc:
+            self._error("attribution", exc)
+            return []
+        changed = []
+        for inc in self.incidents:
+            old = self.cursor.reported.get(inc.id)
+            if _changed(old, inc):
+                changed.append(("new" if old is None else "updated", inc))
+        if not changed:
+            return []
+        for kind, inc in changed:
+            if self.emit is not None:
+                self.emit(kind, inc)
+            self.stats[f"incidents_{kind}"] += 1
+        incs = [i for _, i in changed]
+        if self.on_incidents is not None:
+            try:
+                self.on_incidents(incs)
+            except RecoveryLogsError as exc:
+                self._error("remediation", exc)
+        if self.options.export_incidents and self.client is not None:
+            try:
+                self.client.insert_jsonline(incident_rows(incs), stream_fields=("host", "unit"))
+            except SourceError as exc:
+                self._error("export", exc)
+        for inc in incs:
+            self.cursor.reported[inc.id] = _version(inc)
+        return changed
+
+    def _sync_metrics(self, now: int) -> None:
+        if self.metrics is None:
+            return
+        cur: Counter[str] = Counter(self.stats)
+        if self.vl is not None:
+            cur.update({f"vl_{k}": v for k, v in self.vl.stats.items()})
+        for name, metric in (("vl_lines_read", self.metrics.lines_read), ("vl_duplicates", self.metrics.duplicates),
+                             ("lines", self.metrics.lines_read), ("late", self.metrics.late),
+                             ("events", self.metrics.events)):
+            delta = cur[name] - self._last_counts[name]
+            if delta > 0:
+                metric.inc(delta)
+        for kind in ("new", "updated"):
+            delta = cur[f"incidents_{kind}"] - self._last_counts[f"incidents_{kind}"]
+            if delta > 0:
+                self.metrics.incidents.labels(kind=kind).inc(delta)
+        for stage in ("tail", "catchup"):
+            delta = cur[f"vl_errors_{stage}"] - self._last_counts[f"vl_errors_{stage}"]
+            if delta > 0:
+                self.metrics.errors.labels(stage=stage).inc(delta)
+        self._last_counts = cur
+        if self.vl is not None:
+            lag = self.vl.lag_s(now)
+            if lag is not None:
+                self.metrics.lag.set(lag)
+
+    # -- loop --------------------------------------------------------------------------------
+    def run(self, stop: threading.Event | None = None,
+            after_step: Callable[[Watcher], None] | None = None) -> dict[str, Any]:
+        """Step every ``refresh_s`` until ``duration_s`` passes or ``stop`` is set."""
+        stop = stop or threading.Event()
+        t_end = None if self.options.duration_s is None else time.monotonic() + self.options.duration_s
+        if self.vl is None and self.files is None:
+            self.open()
+        try:
+            while not stop.is_set():
+                t0 = time.monotonic()
+                self.step()
+                if after_step is not None:
+                    after_step(self)
+                if t_end is not None and time.monotonic() >= t_end:
+                    break
+                wait = self.options.refresh_s - (time.monotonic() - t0)
+                if t_end is not None:
+                    wait = min(wait, t_end - time.monotonic())
+                if wait > 0 and stop.wait(wait):
+                    break
+        finally:
+            self.close()
+        return self.summary()
+
+    def summary(self) -> dict[str, Any]:
+        s = dict(self.stats)
+        if self.vl is not None:
+            s.update({f"vl_{k}": v for k, v in self.vl.stats.items()})
+            s["complete_ns"] = self.vl.complete_ns
+        if self.files is not None:
+            s.update({f"files_{k}": v for k, v in self.files.stats.items()})
+        s["incidents"] = len(self.incidents)
+        return s
+
+    def close(self) -> None:
+        if self.vl is not None:
+            self.vl.close()
+        if self.files is not None:
+            self.files.close()
+        try:
+            self.cursor.save()
+        except ConfigError as exc:
+            log.warning("%s", exc)
