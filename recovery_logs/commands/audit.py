@@ -1,0 +1,58 @@
+"""`recovery-logs audit verify|export`: check and export the hash-chained audit trail."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+STATE_DIR_HELP = "state dir (default: $XDG_STATE_HOME/recovery-logs or ~/.local/state/recovery-logs)"
+
+
+def _state_dir(state_dir: Path | None) -> Path:
+    from recovery_logs.audit import default_state_dir
+
+    return state_dir or default_state_dir()
+
+
+def _open(state_dir: Path | None):
+    from recovery_logs.audit import DB_NAME, AuditLog
+    from recovery_logs.errors import AuditError
+
+    path = _state_dir(state_dir) / DB_NAME
+    if not path.exists():
+        raise AuditError("audit: no audit database in the state dir", path=str(path))
+    return AuditLog(path)
+
+
+def register(app: typer.Typer) -> None:
+    audit_app = typer.Typer(help="Verify and export the audit trail.", no_args_is_help=True)
+    app.add_typer(audit_app, name="audit")
+
+    @audit_app.command("verify")
+    def verify(state_dir: Annotated[Path | None, typer.Option("--state-dir", help=STATE_DIR_HELP)] = None) -> None:
+        """Recompute the hash chain; exit 3 naming the first changed or missing record."""
+        log = _open(state_dir)
+        try:
+            n = log.verify()
+        finally:
+            log.close()
+        typer.echo(f"audit chain OK: {n} records ({log.path})")
+
+    @audit_app.command("export")
+    def export(fmt: Annotated[str, typer.Option("--format", help="jsonl or parquet")] = "jsonl",
+               out: Annotated[Path | None, typer.Option("--out", "-o", help="output file (default: audit.<format>)")] = None,
+               state_dir: Annotated[Path | None, typer.Option("--state-dir", help=STATE_DIR_HELP)] = None) -> None:
+        """Write every audit record as JSON lines or Parquet."""
+        from recovery_logs.errors import ConfigError
+
+        if fmt not in ("jsonl", "parquet"):
+            raise ConfigError(f"audit export: --format must be jsonl or parquet, not {fmt!r}")
+        log = _open(state_dir)
+        try:
+            path = out or Path(f"audit.{fmt}")
+            n = log.export(path, fmt)
+        finally:
+            log.close()
+        typer.echo(f"exported {n} records to {path}")
