@@ -1,0 +1,224 @@
+"""Vectorised rule matching: events (EVENT_SCHEMA) -> findings (FINDING_SCHEMA).
+
+No per-line Python loop. The steps, all Polars expressions over the whole batch:
+
+1. **Prefilter** — one Aho-Corasick pass (``str.extract_many``) over every message with all
+   rule literals; a message that contains none of them cannot be won by a literal-carrying
+   rule. Rules without literals are tried with their regex on every message.
+2. **Candidates** — (row, literal) pairs are joined to the rules that carry the literal, giving
+   (row, pattern) pairs; each pair is tested with ``str.contains`` against a per-row pattern
+   column (Polars caches the compiled regexes).
+3. **Winner** — per row the first matching pattern in rule order (priority descending, then
+   file and position) wins: one finding per event at most.
+4. **Extraction** — per winning pattern, ``str.extract_groups`` on the rows it won only. Named
+   groups named like FINDING_SCHEMA columns fill those columns; ``step_time_ms`` and
+   ``it_per_s`` become ``step_time_s``; every other group goes into ``detail`` (JSON).
+5. **XID classification** — findings of ``category = "xid"`` rules with an ``xid`` take
+   category/severity/role/action from the catalog (unknown code -> investigate, never
+   fatal); XID 144-150 are decoded fatal/non-fatal; XID 154 takes the action its recovery-action
+   number names. Their ``rule_id`` is ``xid.<code>``; the matching rule is in ``detail.rule``.
+"""
+
+from __future__ import annotations
+
+import polars as pl
+
+from recovery_logs.rulepack import Rule, RulePack
+from recovery_logs.schema import EVENT_SCHEMA, FINDING_EXTRA_SCHEMA, FINDING_SCHEMA, check_events, conform
+
+_META = ("rule_id", "rule_version", "category", "severity", "role", "action")
+_VALUE_COLS = tuple(c for c in FINDING_EXTRA_SCHEMA if c not in _META + ("detail",))
+_CONVERTED = {"step_time_ms", "it_per_s"}
+_DECODE_ONLY = {"nvl_unit", "nvl_status", "nvl_severity", "recovery_action"}
+NVLINK5_XIDS = range(144, 151)
+
+
+def _units(pack: RulePack) -> list[tuple[Rule, int]]:
+    """(rule, pattern index) in winning order."""
+    return [(r, i) for r in pack.rules for i in range(len(r.patterns))]
+
+
+def winners(events: pl.DataFrame, pack: RulePack) -> pl.DataFrame:
+    """Which rule wins each event that any rule matches.
+
+    Returns ``_row`` (index into ``events``), ``_u`` (index into the rule/pattern units),
+    ``_rule_id`` and ``message``. Used by :func:`match` and by ``rulepack.check_packs``.
+    """
+    units = _units(pack)
+    out_schema = {"_row": pl.UInt32, "_u": pl.UInt32, "_rule_id": pl.String, "message": pl.String}
+    if events.height == 0 or not units:
+        return pl.DataFrame(schema=out_schema)
+    base = events.select(pl.col("message").cast(pl.String).fill_null("")).with_row_index("_row")
+    unit_tab = pl.DataFrame({
+        "_u": list(range(len(units))),
+        "_pattern": [r.patterns[i] for r, i in units],
+        "_rule_id": [r.id for r, _ in units],
+    }, schema={"_u": pl.UInt32, "_pattern": pl.String, "_rule_id": pl.String})
+    lit_rows = [(lit, u) for u, (r, _) in enumerate(units) for lit in r.literals]
+    pairs: list[pl.DataFrame] = []
+    if lit_rows:
+        lit_tab = pl.DataFrame({"_lit": [a for a, _ in lit_rows], "_u": [b for _, b in lit_rows]},
+                               schema={"_lit": pl.String, "_u": pl.UInt32})
+        all_lits = lit_tab["_lit"].unique(maintain_order=True).to_list()
+        hits = (base.with_columns(pl.col("message").str.extract_many(all_lits, overlapping=True).alias("_lit"))
+                .filter(pl.col("_lit").list.len() > 0)
+                .with_columns(pl.col("_lit").list.unique())
+                .explode("_lit"))
+        pairs.append(hits.join(lit_tab, on="_lit", how="inner").select("_row", "_u", "message"))
+    for u, (r, i) in enumerate(units):
+        if not r.literals:   # no prefilter possible: regex over every message
+            m = base.filter(pl.col("message").str.contains(r.patterns[i]))
+            pairs.append(m.select("_row", pl.lit(u, pl.UInt32).alias("_u"), "message"))
+    if not pairs:
+        return pl.DataFrame(schema=out_schema)
+    cand = (pl.concat(pairs).unique(["_row", "_u"])
+            .join(unit_tab, on="_u", how="left")
+            .filter(pl.col("message").str.contains(pl.col("_pattern"))))
+    return (cand.sort(["_row", "_u"]).unique("_row", keep="first", maintain_order=True)
+            .select("_row", "_u", "_rule_id", "message"))
+
+
+def _extract(sub: pl.DataFrame, rule: Rule, pattern: str) -> pl.DataFrame:
+    """Columns filled from one pattern's named groups (and the rule's constant fields)."""
+    names = list(dict.fromkeys(rule.group_names(rule.patterns.index(pattern))))
+    cols: dict[str, pl.Expr] = {}
+    detail_fields: list[pl.Expr] = []
+    frame = sub.select("_row", "message")
+    if names:
+        frame = frame.with_columns(pl.col("message").str.extract_groups(pattern).alias("_g"))
+        g = pl.col("_g").struct.field
+        for n in names:
+            if n in _VALUE_COLS:
+                cols[n] = g(n)
+            if n == "step_time_ms":
+                cols["step_time_s"] = g(n).str.replace_all(",", "").cast(pl.Float64, strict=False) / 1000.0
+            elif n == "it_per_s":
+                cols["step_time_s"] = 1.0 / g(n).cast(pl.Float64, strict=False)
+            if n in _DECODE_ONLY:
+                cols["_" + n] = g(n)
+            if n not in _VALUE_COLS:
+                detail_fields.append(g(n).alias(n))
+    for k, v in rule.fields.items():
+        cols.setdefault(k, pl.lit(v))
+        if k in cols and k not in names:
+            cols[k] = pl.lit(v)
+    exprs = [pl.col("_row")]
+    for c, e in cols.items():
+        dtype = FINDING_SCHEMA.get(c, pl.String)
+        if c in ("xid", "gpu", "nccl_seq", "step") and c in names:
+            e = e.str.replace_all(",", "")
+        if c == "pci":
+            e = e.str.to_lowercase().str.replace(r"^(?:pci:)?([0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2})(?:\.[0-7])?$",
+                                                  "$1")
+        exprs.append(e.cast(dtype, strict=False).alias(c))
+    if detail_fields:
+        exprs.append(pl.struct(detail_fields).struct.json_encode().alias("_detail"))
+    return frame.select(exprs)
+
+
+def match(events: pl.DataFrame, pack: RulePack) -> pl.DataFrame:
+    """EVENT_SCHEMA in, FINDING_SCHEMA out: one finding per event that a rule wins.
+
+    Output rows keep the input order. Lines won by a ``suppress`` (benign) rule yield nothing.
+    """
+    check_events(events, "rules.match input")
+    won = winners(events, pack)
+    units = _units(pack)
+    if won.height:
+        suppressed = [u for u, (r, _) in enumerate(units) if r.suppress]
+        won = won.filter(~pl.col("_u").is_in(suppressed))
+    if won.height == 0:
+        return pl.DataFrame(schema=FINDING_SCHEMA)
+    parts = []
+    for u in won["_u"].unique().sort().to_list():
+        rule, pi = units[u]
+        sub = won.filter(pl.col("_u") == u)
+        part = _extract(sub, rule, rule.patterns[pi])
+        meta = {"rule_id": rule.id, "rule_version": rule.version, "category": rule.category,
+                "severity": rule.severity, "role": rule.role, "action": rule.action}
+        part = part.with_columns([pl.lit(v).alias(k) for k, v in meta.items()])
+        parts.append(part)
+    ext = pl.concat(parts, how="diagonal_relaxed")
+    for c in ("_detail", "_nvl_unit", "_nvl_status", "_nvl_severity", "_recovery_action", *_VALUE_COLS):
+        if c not in ext.columns:
+            ext = ext.with_columns(pl.lit(None, dtype=FINDING_SCHEMA.get(c, pl.String)).alias(c))
+    ext = _classify_xid(ext, pack)
+    ev = events.with_row_index("_row").join(ext, on="_row", how="inner").sort("_row")
+    return conform(ev, FINDING_SCHEMA)
+
+
+def _classify_xid(ext: pl.DataFrame, pack: RulePack) -> pl.DataFrame:
+    is_xid = (pl.col("category") == "xid") & pl.col("xid").is_not_null()
+    codes = ext.filter(is_xid)["xid"].unique().drop_nulls().to_list()
+    if not codes:
+        return ext.with_columns(pl.col("_detail").alias("detail"))
+    entries = [pack.xid(int(c)) for c in codes]
+    cat = pl.DataFrame({
+        "xid": [e.code for e in entries], "_x_category": [e.category for e in entries],
+        "_x_severity": [e.severity for e in entries], "_x_role": [e.role for e in entries],
+        "_x_action": [e.action for e in entries], "_x_mnemonic": [e.mnemonic for e in entries],
+    }, schema_overrides={"xid": pl.Int32})
+    ext = ext.join(cat, on="xid", how="left")
+    # XID 144-150: fatal from the decode sheet (unit + error status), else from the Fatal/Nonfatal word.
+    status = pl.col("_nvl_status").str.replace(r"^0[xX]", "").str.to_integer(base=16, strict=False)
+    if pack.nvlink5_decode:
+        dec = pl.DataFrame([{"xid": x, "_nvl_unit": u, "_status_i": s, "_dec_fatal": f}
+                            for x, u, s, f in pack.nvlink5_decode],
+                           schema={"xid": pl.Int32, "_nvl_unit": pl.String, "_status_i": pl.Int64,
+                                   "_dec_fatal": pl.Boolean})
+        ext = (ext.with_columns(status.cast(pl.Int64).alias("_status_i"))
+               .join(dec, on=["xid", "_nvl_unit", "_status_i"], how="left", nulls_equal=False))
+    else:
+        ext = ext.with_columns(pl.lit(None, pl.Boolean).alias("_dec_fatal"), pl.lit(None, pl.Int64).alias("_status_i"))
+    word = (pl.when(pl.col("_nvl_severity").str.to_lowercase().str.starts_with("non")).then(False)
+            .when(pl.col("_nvl_severity").str.to_lowercase().str.contains("fatal")).then(True))
+    in_nvl5 = is_xid & pl.col("xid").is_in(list(NVLINK5_XIDS))
+    fatal = pl.when(in_nvl5).then(pl.coalesce(pl.col("_dec_fatal"), word)).otherwise(pl.col("fatal"))
+    ext = ext.with_columns(fatal.alias("fatal"))
+    fatal_act = pl.col("xid").replace_strict(pack.xid_fatal_actions or {0: "reset_gpu"}, default=None,
+                                             return_dtype=pl.String)
+    act154 = (pl.col("_recovery_action").str.replace(r"^0[xX]", "").str.to_integer(base=16, strict=False)
+              .replace_strict(pack.xid154_actions or {-1: "investigate"}, default=None, return_dtype=pl.String))
+    action = (pl.when(~is_xid).then(pl.col("action"))
+              .when(in_nvl5 & pl.col("fatal").eq(True)).then(pl.coalesce(fatal_act, pl.col("_x_action")))
+              .when(in_nvl5).then(pl.lit("investigate"))
+              .when(pl.col("xid") == 154).then(pl.coalesce(act154, pl.col("_x_action")))
+              .otherwise(pl.col("_x_action")))
+    severity = (pl.when(~is_xid).then(pl.col("severity"))
+                .when(in_nvl5 & pl.col("fatal").eq(True)).then(pl.lit("critical"))
+                .when(in_nvl5 & pl.col("fatal").eq(False)).then(pl.lit("low"))
+                .otherwise(pl.col("_x_severity")))
+    extra = pl.struct(pl.col("rule_id").alias("rule"), pl.col("_x_mnemonic").alias("mnemonic")).struct.json_encode()
+    detail = (pl.when(~is_xid).then(pl.col("_detail"))
+              .when(pl.col("_detail").is_null()).then(extra)
+              .otherwise(pl.concat_str([extra.str.strip_suffix("}"), pl.lit(","),
+                                        pl.col("_detail").str.strip_prefix("{")])))
+    return ext.with_columns(
+        action.alias("action"), severity.alias("severity"),
+        pl.when(is_xid).then(pl.col("_x_role")).otherwise(pl.col("role")).alias("role"),
+        pl.when(is_xid).then(pl.col("_x_category")).otherwise(pl.col("category")).alias("category"),
+        pl.when(is_xid).then(pl.concat_str([pl.lit("xid."), pl.col("xid").cast(pl.String)]))
+        .otherwise(pl.col("rule_id")).alias("rule_id"),
+        detail.alias("detail"),
+    )
+
+
+def explain(line: str, pack: RulePack) -> dict:
+    """What `rules test LINE` prints: every rule whose pattern matches, the winner, the finding."""
+    events = conform(pl.DataFrame({"message": [line]}), EVENT_SCHEMA)
+    won = winners(events, pack)
+    matching = [r.id for r in pack.rules
+                if any(pl.select(pl.lit(line).str.contains(p)).item() for p in r.patterns)
+                and (not r.literals or any(lit in line for lit in r.literals))]
+    winner = won["_rule_id"][0] if won.height else None
+    found = match(events, pack)
+    finding = None
+    if found.height:
+        row = found.row(0, named=True)
+        finding = {k: row[k] for k in FINDING_EXTRA_SCHEMA if row[k] is not None}
+    suppressed = winner is not None and pack.rule(winner).suppress
+    return {"line": line, "matching_rules": matching, "winner": winner, "suppressed": suppressed,
+            "finding": finding}
+
+
+__all__ = ["explain", "match", "winners"]

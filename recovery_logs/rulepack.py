@@ -1,0 +1,432 @@
+"""Load, validate and self-test the rule packs (``rules/*.toml``) and the XID catalog.
+
+A rule pack is data (see docs/ARCHITECTURE.md, "Rule packs"). This module turns the TOML files
+into frozen records and checks them; matching itself lives in ``recovery_logs.detectors.rules``
+so that ``check_packs`` runs every example through the very matcher used at runtime.
+
+Files in a rules directory:
+
+* ``<pack>.toml`` with ``[pack]`` (name, version, description) and ``[[rule]]`` tables;
+* ``xid_catalog.toml`` with ``[catalog]``, ``[[xid]]`` rows (code -> mnemonic, category,
+  severity, role, action), ``[[nvlink5_decode]]`` rows (XID 144-150 unit + error status ->
+  fatal) and ``[xid154_actions]`` (NVML recovery-action number -> engine action).
+
+Any problem (unreadable file, bad TOML, missing key, unknown enum value, pattern that does
+not compile) raises ``RulePackError`` naming the file and the rule.
+"""
+
+from __future__ import annotations
+
+import re
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+
+from recovery_logs.errors import RulePackError
+from recovery_logs.schema import FINDING_EXTRA_SCHEMA, RULE_CATEGORIES, EngineAction, Role, Severity
+
+CATALOG_FILE = "xid_catalog.toml"
+ROLES = frozenset(r.value for r in Role)
+SEVERITIES = frozenset(s.value for s in Severity)
+ACTIONS = frozenset(a.value for a in EngineAction)
+# Named groups with these names are converted into FINDING_SCHEMA columns by the matcher.
+UNIT_GROUPS = frozenset({"step_time_ms", "it_per_s", "xid_hex", "nvl_status", "nvl_unit", "nvl_severity",
+                         "recovery_action"})
+FIELD_COLUMNS = frozenset(FINDING_EXTRA_SCHEMA) - {"rule_id", "rule_version", "category", "severity", "role",
+                                                   "action", "detail"}
+_GROUP_NAME = re.compile(r"\(\?P?<([A-Za-z_][A-Za-z0-9_]*)>")
+_RULE_KEYS = {"id", "version", "category", "severity", "role", "action", "priority", "patterns", "literals",
+              "fields", "must_match", "must_not_match", "description", "suppress"}
+
+
+@dataclass(frozen=True)
+class Rule:
+    id: str
+    version: int
+    pack: str
+    category: str
+    severity: str
+    role: str
+    action: str
+    priority: int
+    patterns: tuple[str, ...]
+    literals: tuple[str, ...]
+    fields: dict = field(default_factory=dict, hash=False, compare=False)
+    must_match: tuple[str, ...] = ()
+    must_not_match: tuple[str, ...] = ()
+    description: str = ""
+    suppress: bool = False          # a benign-line rule: when it wins, the line yields no finding
+
+    def group_names(self, pattern_index: int) -> tuple[str, ...]:
+        return tuple(_GROUP_NAME.findall(self.patterns[pattern_index]))
+
+
+@dataclass(frozen=True)
+class XidEntry:
+    code: int
+    mnemonic: str
+    category: str
+    severity: str
+    role: str
+    action: str
+    description: str
+    cause: str
+
+
+@dataclass(frozen=True)
+class CheckFailure:
+    pack: str
+    rule: str | None
+    example: str | None
+    message: str
+
+    def __str__(self) -> str:
+        where = f"{self.pack}:{self.rule}" if self.rule else self.pack
+        ex = f" | example: {self.example!r}" if self.example is not None else ""
+        return f"{where}: {self.message}{ex}"
+
+
+@dataclass(frozen=True)
+class RulePack:
+    rules: tuple[Rule, ...]
+    xid_catalog: dict[int, XidEntry]
+    sources: tuple[str, ...]
+    nvlink5_decode: tuple[tuple[int, str, int, bool], ...] = ()   # (xid, unit, error_status, fatal)
+    xid154_actions: dict[int, str] = field(default_factory=dict)
+    xid_fatal_actions: dict[int, str] = field(default_factory=dict)   # XID 144-150 when decoded fatal
+
+    def rule(self, rule_id: str) -> Rule:
+        for r in self.rules:
+            if r.id == rule_id:
+                return r
+        raise KeyError(rule_id)
+
+    def xid(self, code: int) -> XidEntry:
+        """The catalog entry for ``code``; an unknown code is 'investigate', never fatal."""
+        entry = self.xid_catalog.get(int(code))
+        if entry is not None:
+            return entry
+        return XidEntry(code=int(code), mnemonic="UNKNOWN_XID", category="xid", severity="medium", role="cause",
+                        action=EngineAction.INVESTIGATE.value,
+                        description=f"Xid {code} is not in the catalog", cause="unknown")
+
+    def literals(self) -> tuple[str, ...]:
+        seen: dict[str, None] = {}
+        for r in self.rules:
+            for lit in r.literals:
+                seen.setdefault(lit, None)
+        return tuple(seen)
+
+    def logsql_prefilter(self) -> str:
+        """A VictoriaLogs LogsQL filter that keeps every line any rule could match.
+
+        Case-sensitive: literals become ``_msg:~"..."`` regexps (RE2, no ``(?i)``: a
+        case-insensitive regexp is 10-30x slower there), OR-ed together in chunks. Rules
+        without literals cannot be prefiltered, so their presence yields ``*`` (all lines).
+        Suppress-only (benign) rules never need a line, so they are left out.
+        """
+        active = [r for r in self.rules if not r.suppress]
+        if not active:
+            return "*"
+        if any(not r.literals for r in active):
+            return "*"
+        lits = sorted({lit for r in active for lit in r.literals})
+        chunks, cur = [], []
+        for lit in lits:
+            cur.append(_re2_escape(lit))
+            if len(cur) == 20:
+                chunks.append(cur)
+                cur = []
+        if cur:
+            chunks.append(cur)
+        parts = ['_msg:~"' + "|".join(c).replace("\\", "\\\\").replace('"', '\\"') + '"' for c in chunks]
+        return parts[0] if len(parts) == 1 else "(" + " OR ".join(parts) + ")"
+
+
+def _re2_escape(lit: str) -> str:
+    return re.sub(r"([.^$*+?()\[\]{}|\\])", r"\\\1", lit)
+
+
+def default_rules_dir() -> Path:
+    """The checkout's top-level ``rules/`` when running from a checkout, else the packaged copy."""
+    pkg = Path(__file__).resolve().parent
+    checkout = pkg.parent / "rules"
+    if checkout.is_dir() and (pkg.parent / "pyproject.toml").is_file():
+        return checkout
+    return pkg / "_rules"
+
+
+# --------------------------------------------------------------------------- loading
+
+def _read_toml(path: Path) -> dict[str, Any]:
+    try:
+        with path.open("rb") as fh:
+            return tomllib.load(fh)
+    except OSError as exc:
+        raise RulePackError("cannot read rule file", file=str(path), reason=str(exc)) from exc
+    except tomllib.TOMLDecodeError as exc:
+        raise RulePackError("rule file is not valid TOML", file=str(path), reason=str(exc)) from exc
+
+
+def _str_tuple(value: Any, what: str, file: str, rule: str) -> tuple[str, ...]:
+    if value is None:
+        return ()
+    if isinstance(value, str):
+        value = [value]
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise RulePackError(f"'{what}' must be a list of strings", file=file, rule=rule)
+    return tuple(value)
+
+
+def _enum(value: Any, allowed: frozenset[str], what: str, file: str, rule: str) -> str:
+    if not isinstance(value, str) or value not in allowed:
+        raise RulePackError(f"unknown {what} {value!r} (allowed: {', '.join(sorted(allowed))})",
+                            file=file, rule=rule)
+    return value
+
+
+def _compile_check(pattern: str, file: str, rule: str) -> None:
+    try:
+        pl.select(pl.lit("", dtype=pl.String).str.contains(pattern))
+    except pl.exceptions.PolarsError as exc:
+        msg = str(exc).split("\n\nThis error occurred")[0]
+        raise RulePackError("pattern does not compile (Rust regex syntax: no look-around, no back-references)",
+                            file=file, rule=rule, pattern=pattern, reason=msg) from exc
+
+
+def _parse_rule(raw: Any, pack: str, file: str, index: int) -> Rule:
+    if not isinstance(raw, dict):
+        raise RulePackError(f"[[rule]] #{index} is not a table", file=file)
+    rid = raw.get("id")
+    if not isinstance(rid, str) or not rid:
+        raise RulePackError(f"[[rule]] #{index} has no string 'id'", file=file)
+    unknown = set(raw) - _RULE_KEYS
+    if unknown:
+        raise RulePackError(f"unknown keys {sorted(unknown)}", file=file, rule=rid)
+    for key in ("version", "priority"):
+        if not isinstance(raw.get(key, 1 if key == "version" else 0), int):
+            raise RulePackError(f"'{key}' must be an integer", file=file, rule=rid)
+    patterns = _str_tuple(raw.get("patterns"), "patterns", file, rid)
+    if not patterns:
+        raise RulePackError("rule has no patterns", file=file, rule=rid)
+    for p in patterns:
+        _compile_check(p, file, rid)
+        for name in _GROUP_NAME.findall(p):
+            if name in {"rule_id", "category", "severity", "role", "action", "detail"} | set(
+                    ("time", "host", "message", "seq")):
+                raise RulePackError(f"named group {name!r} would overwrite a fixed column", file=file, rule=rid)
+    fields = raw.get("fields", {}) or {}
+    if not isinstance(fields, dict):
+        raise RulePackError("'fields' must be a table", file=file, rule=rid)
+    for k in fields:
+        if k not in FIELD_COLUMNS:
+            raise RulePackError(f"constant field {k!r} is not a finding column "
+                                f"({', '.join(sorted(FIELD_COLUMNS))})", file=file, rule=rid)
+    return Rule(
+        id=rid, version=int(raw.get("version", 1)), pack=pack,
+        category=_enum(raw.get("category"), RULE_CATEGORIES, "category", file, rid),
+        severity=_enum(raw.get("severity"), SEVERITIES, "severity", file, rid),
+        role=_enum(raw.get("role"), ROLES, "role", file, rid),
+        action=_enum(raw.get("action"), ACTIONS, "action", file, rid),
+        priority=int(raw.get("priority", 0)), patterns=patterns,
+        literals=tuple(x for x in _str_tuple(raw.get("literals"), "literals", file, rid) if x),
+        fields=dict(fields),
+        must_match=_str_tuple(raw.get("must_match"), "must_match", file, rid),
+        must_not_match=_str_tuple(raw.get("must_not_match"), "must_not_match", file, rid),
+        description=str(raw.get("description", "")), suppress=bool(raw.get("suppress", False)),
+    )
+
+
+def _action_table(data: dict[str, Any], key: str, file: str) -> dict[int, str]:
+    out: dict[int, str] = {}
+    for k, v in (data.get(key, {}) or {}).items():
+        if not str(k).isdigit():
+            raise RulePackError(f"{key} keys must be integers", file=file, rule=str(k))
+        out[int(k)] = _enum(v, ACTIONS, "action", file, f"{key}.{k}")
+    return out
+
+
+def _parse_catalog(data: dict[str, Any], file: str) -> tuple[dict[int, XidEntry], tuple, dict[int, str]]:
+    catalog: dict[int, XidEntry] = {}
+    for i, row in enumerate(data.get("xid", []) or []):
+        code = row.get("code") if isinstance(row, dict) else None
+        if not isinstance(code, int) or code <= 0:
+            raise RulePackError(f"[[xid]] #{i} has no positive integer 'code'", file=file)
+        name = f"xid.{code}"
+        if code in catalog:
+            raise RulePackError("duplicate XID code in catalog", file=file, rule=name)
+        catalog[code] = XidEntry(
+            code=code, mnemonic=str(row.get("mnemonic", "")),
+            category=_enum(row.get("category"), RULE_CATEGORIES, "category", file, name),
+            severity=_enum(row.get("severity"), SEVERITIES, "severity", file, name),
+            role=_enum(row.get("role"), ROLES, "role", file, name),
+            action=_enum(row.get("action"), ACTIONS, "action", file, name),
+            description=str(row.get("description", "")), cause=str(row.get("cause", "")))
+    decode = []
+    for i, row in enumerate(data.get("nvlink5_decode", []) or []):
+        try:
+            decode.append((int(row["xid"]), str(row["unit"]), int(row["error_status"]), bool(row["fatal"])))
+        except (KeyError, TypeError, ValueError) as exc:
+            raise RulePackError(f"[[nvlink5_decode]] #{i} needs xid, unit, error_status, fatal", file=file) from exc
+    return catalog, tuple(decode), _action_table(data, "xid154_actions", file)
+
+
+def load_packs(rules_dir: Path | None = None) -> RulePack:
+    """Load every ``*.toml`` under ``rules_dir`` (default: ``default_rules_dir()``).
+
+    Rules are ordered by priority (descending), then file name, then position in the file;
+    that is the order in which the matcher lets them win.
+    """
+    d = Path(rules_dir) if rules_dir is not None else default_rules_dir()
+    if not d.is_dir():
+        raise RulePackError("rules directory does not exist", path=str(d))
+    files = sorted(d.glob("*.toml"))
+    if not files:
+        raise RulePackError("no rule packs (*.toml) in rules directory", path=str(d))
+    rules: list[Rule] = []
+    catalog: dict[int, XidEntry] = {}
+    decode: tuple = ()
+    actions: dict[int, str] = {}
+    fatal_actions: dict[int, str] = {}
+    seen: dict[str, str] = {}
+    for path in files:
+        data = _read_toml(path)
+        file = str(path)
+        if "xid" in data or "catalog" in data:
+            cat, dec, act = _parse_catalog(data, file)
+            dup = set(cat) & set(catalog)
+            if dup:
+                raise RulePackError("XID codes defined twice", file=file, codes=sorted(dup))
+            catalog.update(cat)
+            decode = decode + dec
+            actions.update(act)
+            fatal_actions.update(_action_table(data, "xid_fatal_actions", file))
+        raw_rules = data.get("rule", []) or []
+        if not raw_rules:
+            continue
+        pack_meta = data.get("pack")
+        if not isinstance(pack_meta, dict) or not isinstance(pack_meta.get("name"), str):
+            raise RulePackError("missing [pack] table with a 'name'", file=file)
+        pack_name = pack_meta["name"]
+        for i, raw in enumerate(raw_rules):
+            rule = _parse_rule(raw, pack_name, file, i)
+            if rule.id in seen:
+                raise RulePackError("duplicate rule id", file=file, rule=rule.id, first_defined_in=seen[rule.id])
+            seen[rule.id] = file
+            rules.append(rule)
+    order = sorted(range(len(rules)), key=lambda i: (-rules[i].priority, i))
+    return RulePack(rules=tuple(rules[i] for i in order), xid_catalog=dict(sorted(catalog.items())),
+                    sources=tuple(str(p) for p in files), nvlink5_decode=decode, xid154_actions=actions,
+                    xid_fatal_actions=fatal_actions)
+
+
+# --------------------------------------------------------------------------- self-test
+
+def _static_failures(d: Path) -> list[CheckFailure]:
+    """Load each file on its own, so that one broken file does not hide the others' problems."""
+    out: list[CheckFailure] = []
+    seen: dict[str, str] = {}
+    for path in sorted(d.glob("*.toml")):
+        data: dict[str, Any] = {}
+        try:
+            data = _read_toml(path)
+            for i, raw in enumerate(data.get("rule", []) or []):
+                pack = (data.get("pack") or {}).get("name", path.stem)
+                try:
+                    r = _parse_rule(raw, pack, str(path), i)
+                except RulePackError as exc:
+                    out.append(CheckFailure(path.name, exc.context.get("rule"), None, str(exc)))
+                    continue
+                if r.id in seen:
+                    out.append(CheckFailure(path.name, r.id, None, f"duplicate rule id (first in {seen[r.id]})"))
+                seen.setdefault(r.id, path.name)
+            if "xid" in data or "catalog" in data:
+                _parse_catalog(data, str(path))
+            if data.get("rule") and not isinstance(data.get("pack"), dict):
+                out.append(CheckFailure(path.name, None, None, "missing [pack] table with a 'name'"))
+        except RulePackError as exc:
+            out.append(CheckFailure(path.name, exc.context.get("rule"), None, str(exc)))
+    return out
+
+
+def check_packs(rules_dir: Path | None = None) -> list[CheckFailure]:
+    """Compile and self-test every pack; an empty list means all is well.
+
+    Checks: TOML and schema of every file, enum values (categories, roles, severities,
+    actions), duplicate ids, that every pattern compiles in Polars' regex engine, that the
+    literals of a rule occur in every ``must_match`` example (the prefilter must never drop a
+    true match), that every ``must_match`` example is won by its rule and every
+    ``must_not_match`` example is not, through the same vectorised matcher used at runtime,
+    and that the XID catalog has no gaps (every code from 1 to its highest, every code a rule
+    or the decode table refers to).
+    """
+    from recovery_logs.detectors.rules import winners  # the matcher imports this module: import here
+
+    d = Path(rules_dir) if rules_dir is not None else default_rules_dir()
+    if not d.is_dir():
+        return [CheckFailure(str(d), None, None, "rules directory does not exist")]
+    failures = _static_failures(d)
+    if failures:
+        return failures
+    try:
+        pack = load_packs(d)
+    except RulePackError as exc:
+        return [CheckFailure(str(d), exc.context.get("rule"), None, str(exc))]
+    failures.extend(_catalog_failures(pack))
+    texts: list[str] = []
+    owners: list[tuple[Rule, bool]] = []
+    for r in pack.rules:
+        if not r.must_match:
+            failures.append(CheckFailure(r.pack, r.id, None, "rule has no must_match examples"))
+        for ex in r.must_match:
+            if r.literals and not any(lit in ex for lit in r.literals):
+                failures.append(CheckFailure(r.pack, r.id, ex, "no literal of the rule occurs in this example; "
+                                             "the prefilter would drop it"))
+            texts.append(ex)
+            owners.append((r, True))
+        for ex in r.must_not_match:
+            texts.append(ex)
+            owners.append((r, False))
+    if not texts:
+        return failures
+    events = pl.DataFrame({"message": texts}, schema={"message": pl.String})
+    won = winners(events, pack)
+    got = dict(zip(won["_row"].to_list(), won["_rule_id"].to_list(), strict=True))
+    for i, (r, positive) in enumerate(owners):
+        winner = got.get(i)
+        if positive and winner != r.id:
+            why = "no rule matched" if winner is None else f"rule {winner!r} won instead"
+            failures.append(CheckFailure(r.pack, r.id, texts[i], f"must_match example not won by this rule: {why}"))
+        if not positive and winner == r.id:
+            failures.append(CheckFailure(r.pack, r.id, texts[i], "must_not_match example matched this rule"))
+    return failures
+
+
+def _catalog_failures(pack: RulePack) -> list[CheckFailure]:
+    out: list[CheckFailure] = []
+    cat = pack.xid_catalog
+    if any(r.category == "xid" for r in pack.rules) and not cat:
+        out.append(CheckFailure(CATALOG_FILE, None, None, "XID rules exist but the XID catalog is empty"))
+    if cat:
+        missing = [c for c in range(1, max(cat) + 1) if c not in cat]
+        if missing:
+            out.append(CheckFailure(CATALOG_FILE, None, None, f"catalog gap: codes {missing} missing"))
+    for r in pack.rules:
+        x = r.fields.get("xid")
+        if x is not None and int(x) not in cat:
+            out.append(CheckFailure(r.pack, r.id, None, f"constant xid {x} is not in the catalog"))
+    for xid, unit, status, _fatal in pack.nvlink5_decode:
+        if xid not in cat:
+            out.append(CheckFailure(CATALOG_FILE, f"nvlink5_decode {xid}/{unit}/{status:#x}", None,
+                                    "decode row names an XID the catalog lacks"))
+    for code, entry in cat.items():
+        if entry.action == "drain_node_and_requeue" and entry.role != "cause":
+            out.append(CheckFailure(CATALOG_FILE, f"xid.{code}", None, "a draining XID must have role 'cause'"))
+    return out
+
+
+__all__ = ["CATALOG_FILE", "CheckFailure", "Rule", "RulePack", "XidEntry", "check_packs", "default_rules_dir",
+           "load_packs"]
