@@ -34,6 +34,7 @@ Contract:
 
 from __future__ import annotations
 
+import contextlib
 import re
 import time
 from collections.abc import Callable
@@ -42,8 +43,8 @@ from typing import Any
 
 import polars as pl
 
-from recovery_logs.errors import NVMLUnavailable
-from recovery_logs.schema import EVENT_SCHEMA, TIME, SourceKind, check_events, conform
+from recovery_logs.errors import NVMLUnavailable, SourceError
+from recovery_logs.schema import EVENT_SCHEMA, SourceKind, check_events, conform
 from recovery_logs.timeutil import ns_to_iso
 
 __all__ = ["NvmlAgent", "NvmlThresholds", "RECOVERY_ACTIONS", "load_nvml", "parse_identity"]
@@ -137,7 +138,8 @@ class NvmlAgent:
     """
 
     def __init__(self, nvml: Any = None, host: str = "localhost", clock: Callable[[], float] = time.time, *,
-                 sleep: Callable[[float], None] = time.sleep, thresholds: NvmlThresholds | None = None) -> None:
+                 sleep: Callable[[float], None] = time.sleep, thresholds: NvmlThresholds | None = None,
+                 max_buffer: int = 100_000) -> None:
         self.nvml = load_nvml() if nvml is None else nvml
         self.host = host
         self.clock = clock
@@ -148,6 +150,10 @@ class NvmlAgent:
         self._last: dict[tuple[int, str], Any] = {}
         self._seq = 0
         self._event_set: Any = None
+        self.max_buffer = max_buffer
+        self.stats = {"delivered": 0, "sink_errors": 0, "dropped": 0}
+        self._pending: list[pl.DataFrame] = []
+        self._sink_error: SourceError | None = None
         self._init()
 
     # ----- lifecycle -------------------------------------------------------------------------
@@ -190,35 +196,32 @@ class NvmlAgent:
         return True
 
     def _open_event_set(self) -> None:
-        err = self._nvml_error()
-        xid_type = getattr(self.nvml, "nvmlEventTypeXidCriticalError", 0x8)
         try:
             self._event_set = self.nvml.nvmlEventSetCreate()
-        except err:
+        except self._nvml_error():
             self._event_set = None
             return
         for dev in self.devices:
-            if dev.handle is None:
-                self.xid_supported[dev.index] = False
-                continue
-            try:
-                self.nvml.nvmlDeviceRegisterEvents(dev.handle, xid_type, self._event_set)
-                self.xid_supported[dev.index] = True
-            except err:
-                self.xid_supported[dev.index] = False
+            self._register_xid(dev)
+
+    def _register_xid(self, dev: _Device) -> None:
+        """Register one device for XID critical errors (again after it was lost at start)."""
+        self.xid_supported[dev.index] = False
+        if dev.handle is None or self._event_set is None:
+            return
+        with contextlib.suppress(self._nvml_error()):
+            xid_type = getattr(self.nvml, "nvmlEventTypeXidCriticalError", 0x8)
+            self.nvml.nvmlDeviceRegisterEvents(dev.handle, xid_type, self._event_set)
+            self.xid_supported[dev.index] = True
 
     def _shutdown(self) -> None:
-        try:
+        with contextlib.suppress(self._nvml_error()):
             self.nvml.nvmlShutdown()
-        except self._nvml_error():
-            pass
 
     def close(self) -> None:
         if self._event_set is not None:
-            try:
+            with contextlib.suppress(self._nvml_error()):
                 self.nvml.nvmlEventSetFree(self._event_set)
-            except self._nvml_error():
-                pass
             self._event_set = None
         self._shutdown()
 
@@ -230,8 +233,7 @@ class NvmlAgent:
 
     # ----- readers: each returns a dict of raw values (or raises the NVML error) -------------
     def _read_ecc(self, h: Any) -> dict[str, Any]:
-        n = self.nvml
-        get = n.nvmlDeviceGetTotalEccErrors
+        n, get = self.nvml, self.nvml.nvmlDeviceGetTotalEccErrors
         corr, unc = n.NVML_MEMORY_ERROR_TYPE_CORRECTED, n.NVML_MEMORY_ERROR_TYPE_UNCORRECTED
         vol, agg = n.NVML_VOLATILE_ECC, n.NVML_AGGREGATE_ECC
         return {"volatile_corrected": int(get(h, corr, vol)), "volatile_uncorrected": int(get(h, unc, vol)),
@@ -249,43 +251,38 @@ class NvmlAgent:
         pending = int(n.nvmlDeviceGetRetiredPagesPendingStatus(h))
         return {"sbe": sbe, "dbe": dbe, "pending": pending}
 
-    def _read_clock_events(self, h: Any) -> dict[str, Any]:
-        n = self.nvml
-        fn = getattr(n, "nvmlDeviceGetCurrentClocksEventReasons", None)
+    def _optional(self, fn: str, *args: Any) -> Any:
+        """Call an NVML function whose absence is fine: None when the driver lacks it or it is
+        unsupported here; a lost GPU or any other NVML error still raises."""
+        call = getattr(self.nvml, fn, None)
+        if call is None:
+            return None
         try:
-            if fn is None:
-                raise AttributeError
-            mask = int(fn(h))
-        except (AttributeError, self._nvml_error()) as exc:  # older driver: the deprecated name
-            if not isinstance(exc, AttributeError) and getattr(exc, "value", None) not in _UNSUPPORTED:
-                raise
-            mask = int(n.nvmlDeviceGetCurrentClocksThrottleReasons(h))
-        active = [name for bit, name in _REASONS.items() if mask & bit]
-        return {"active": ",".join(active) or "none", "mask": f"0x{mask:08x}"}
+            return call(*args)
+        except self._nvml_error() as exc:
+            if getattr(exc, "value", None) in _UNSUPPORTED:
+                return None
+            raise
+
+    def _read_clock_events(self, h: Any) -> dict[str, Any]:
+        mask = self._optional("nvmlDeviceGetCurrentClocksEventReasons", h)
+        if mask is None:  # older drivers only have the deprecated name
+            mask = self.nvml.nvmlDeviceGetCurrentClocksThrottleReasons(h)
+        active = [name for bit, name in _REASONS.items() if int(mask) & bit]
+        return {"active": ",".join(active) or "none", "mask": f"0x{int(mask):08x}"}
 
     def _read_temperature(self, h: Any) -> dict[str, Any]:
-        n = self.nvml
+        n, th = self.nvml, self.thresholds
         t = int(n.nvmlDeviceGetTemperature(h, n.NVML_TEMPERATURE_GPU))
-        try:
-            slowdown = int(n.nvmlDeviceGetTemperatureThreshold(h, n.NVML_TEMPERATURE_THRESHOLD_SLOWDOWN))
-        except (AttributeError, self._nvml_error()) as exc:
-            if getattr(exc, "value", None) in _LOST:
-                raise
-            slowdown = 0
-        th = self.thresholds
-        crit = slowdown or th.temp_critical_c
+        slowdown = self._optional("nvmlDeviceGetTemperatureThreshold", h, n.NVML_TEMPERATURE_THRESHOLD_SLOWDOWN)
+        crit = int(slowdown) if slowdown else th.temp_critical_c
         level = "critical" if t >= crit else "high" if t >= th.temp_high_c else "normal"
-        return {"celsius": t, "level": level, "slowdown_c": slowdown or None}
+        return {"celsius": t, "level": level, "slowdown_c": int(slowdown) if slowdown else None}
 
     def _read_power(self, h: Any) -> dict[str, Any]:
-        n = self.nvml
-        watts = round(int(n.nvmlDeviceGetPowerUsage(h)) / 1000.0, 1)
-        try:
-            limit = round(int(n.nvmlDeviceGetEnforcedPowerLimit(h)) / 1000.0, 1)
-        except (AttributeError, self._nvml_error()) as exc:
-            if getattr(exc, "value", None) in _LOST:
-                raise
-            limit = None
+        watts = round(int(self.nvml.nvmlDeviceGetPowerUsage(h)) / 1000.0, 1)
+        limit_mw = self._optional("nvmlDeviceGetEnforcedPowerLimit", h)
+        limit = round(int(limit_mw) / 1000.0, 1) if limit_mw else None
         level = "at_limit" if limit and watts >= self.thresholds.power_limit_frac * limit else "normal"
         return {"watts": watts, "limit_w": limit, "level": level}
 
@@ -306,25 +303,17 @@ class NvmlAgent:
         return {"value": v, "name": RECOVERY_ACTIONS.get(v, "unknown")}
 
     def _read_nvlinks(self, h: Any) -> dict[int, dict[str, Any]]:
-        n, err = self.nvml, self._nvml_error()
         links: dict[int, dict[str, Any]] = {}
         for link in range(self.thresholds.max_nvlinks):
-            try:
-                state = int(n.nvmlDeviceGetNvLinkState(h, link))
-            except err as exc:
-                if getattr(exc, "value", None) in _UNSUPPORTED:
-                    continue
-                raise
-            row: dict[str, Any] = {"state": "active" if state else "inactive"}
+            state = self._optional("nvmlDeviceGetNvLinkState", h, link)
+            if state is None:
+                continue
+            row: dict[str, Any] = {"state": "active" if int(state) else "inactive"}
             for name, counter in _NVLINK_COUNTERS:
-                try:
-                    row[name] = int(n.nvmlDeviceGetNvLinkErrorCounter(h, link, counter))
-                except err as exc:
-                    if getattr(exc, "value", None) not in _UNSUPPORTED:
-                        raise
+                row[name] = self._optional("nvmlDeviceGetNvLinkErrorCounter", h, link, counter)
             links[link] = row
         if not links:
-            raise n.NVMLError(_ERR_NOT_SUPPORTED)
+            raise self.nvml.NVMLError(_ERR_NOT_SUPPORTED)
         return links
 
     _TOPICS = ("ecc", "remapped_rows", "retired_pages", "clock_events", "temperature", "power", "pcie",
@@ -352,21 +341,18 @@ class NvmlAgent:
 
     # ----- change detection and messages -----------------------------------------------------
     def _changed(self, dev: _Device, topic: str, reading: dict[str, Any]) -> bool:
-        key = (dev.index, topic)
-        prev = self._last.get(key)
-        th = self.thresholds
-        if topic == "temperature":
-            new = prev is None or prev["level"] != reading["level"] or \
-                abs(prev["celsius"] - reading["celsius"]) >= th.temp_step_c
-        elif topic == "power":
-            new = prev is None or prev["level"] != reading["level"] or \
-                abs(prev["watts"] - reading["watts"]) >= th.power_step_w
-        elif topic == "clock_events":
-            new = prev is None or prev["active"] != reading["active"]
-        else:
+        """Record and report whether ``reading`` is news: first seen, changed, or (temperature,
+        power) changed level or moved a step; clock events count only the reasons in ``_REASONS``."""
+        prev, th = self._last.get((dev.index, topic)), self.thresholds
+        if prev is None or topic not in ("temperature", "power", "clock_events"):
             new = prev != reading
+        elif topic == "clock_events":
+            new = prev["active"] != reading["active"]
+        else:
+            value, step = ("celsius", th.temp_step_c) if topic == "temperature" else ("watts", th.power_step_w)
+            new = prev["level"] != reading["level"] or abs(prev[value] - reading[value]) >= step
         if new:
-            self._last[key] = reading
+            self._last[(dev.index, topic)] = reading
         return new
 
     @staticmethod
@@ -400,6 +386,8 @@ class NvmlAgent:
             if not answered and was_lost:
                 dev.lost = False
                 out.append(f"{dev.prefix} gpu_answering")
+                if not self.xid_supported.get(dev.index):
+                    self._register_xid(dev)
             answered = True
             self._last.pop((dev.index, f"read_error:{topic}"), None)
             if topic == "nvlink":
@@ -448,12 +436,13 @@ class NvmlAgent:
             try:
                 data = n.nvmlEventSetWait_v2(self._event_set, int(wait))
             except err as exc:
-                if getattr(exc, "value", None) != _ERR_TIMEOUT:
-                    key = (-1, "event_wait")
-                    if self._last.get(key) != _err_name(exc):
-                        self._last[key] = _err_name(exc)
+                if getattr(exc, "value", None) != _ERR_TIMEOUT:  # reported once; sleep instead of spinning
+                    if self._last.get((-1, "event_wait")) != _err_name(exc):
+                        self._last[(-1, "event_wait")] = _err_name(exc)
                         messages.append(f"NVML gpu=unknown uuid=unknown pci=unknown read_error reading=xid_events "
                                         f"error={_err_name(exc)}")
+                    if wait > 0:
+                        self.sleep(wait / 1000.0)
                 break
             self._last.pop((-1, "event_wait"), None)
             wait = 0
@@ -472,36 +461,58 @@ class NvmlAgent:
         return _Device(index=-1, uuid=uuid or "unknown")
 
     def run(self, sink: Callable[[pl.DataFrame], None], interval_s: float, stop_after: int | None = None) -> int:
-        """Poll every ``interval_s`` and wait for XID events in between; hand non-empty batches to
-        ``sink``. Stops after ``stop_after`` poll cycles (None: never). Returns events emitted.
+        """Poll every ``interval_s``; in between, wait for XID events and hand each batch to ``sink``
+        as it arrives. Stops after ``stop_after`` poll cycles (None: never); the last cycle only
+        drains XID events already queued. Returns the number of events delivered.
 
-        The last cycle only drains XID events already queued; it does not wait another interval.
+        A sink that raises ``SourceError`` (e.g. VictoriaLogs down) does not stop the agent: the
+        events are kept (at most ``max_buffer``; the oldest are dropped and counted) and sent with
+        the next batch. Events still undelivered when ``run`` ends raise that ``SourceError``.
         """
-        emitted, cycles = 0, 0
+        delivered, cycles = 0, 0
         while stop_after is None or cycles < stop_after:
-            started = self.clock()
-            batch = self.poll_once()
+            deadline = self.clock() + interval_s
+            delivered += self._deliver(sink, self.poll_once())
             cycles += 1
             last = stop_after is not None and cycles >= stop_after
-            remaining_ms = 0 if last else max(0, int((interval_s - (self.clock() - started)) * 1000))
-            xids = self.wait_xid(remaining_ms)
-            for frame in (batch, xids):
-                if frame.height:
-                    sink(frame)
-                    emitted += frame.height
-        return emitted
+            while True:
+                remaining_ms = 0 if last else max(0, int((deadline - self.clock()) * 1000))
+                xids = self.wait_xid(remaining_ms)
+                delivered += self._deliver(sink, xids)
+                if remaining_ms == 0 or xids.height == 0:
+                    break
+        if self._pending:
+            n = sum(f.height for f in self._pending)
+            raise SourceError(f"nvml agent: {n} events were not delivered", host=self.host,
+                              reason=str(self._sink_error)) from self._sink_error
+        return delivered
+
+    def _deliver(self, sink: Callable[[pl.DataFrame], None], frame: pl.DataFrame) -> int:
+        if frame.height:
+            self._pending.append(frame)
+        if not self._pending:
+            return 0
+        batch = pl.concat(self._pending)
+        try:
+            sink(batch)
+        except SourceError as exc:
+            self._sink_error = exc
+            self.stats["sink_errors"] += 1
+            while sum(f.height for f in self._pending) > self.max_buffer and len(self._pending) > 1:
+                self.stats["dropped"] += self._pending.pop(0).height
+            return 0
+        self._pending.clear()
+        self.stats["delivered"] += batch.height
+        return batch.height
 
     def _frame(self, messages: list[str]) -> pl.DataFrame:
-        now_ns = int(self.clock() * 1_000_000_000)
-        seqs = list(range(self._seq, self._seq + len(messages)))
-        self._seq += len(messages)
-        n = len(messages)
-        df = pl.DataFrame({
-            "time": pl.Series([now_ns] * n, dtype=pl.Int64).cast(pl.Datetime("ns")).dt.replace_time_zone("UTC"),
-            "time_inferred": [False] * n, "host": [self.host] * n, "source": [SourceKind.NVML.value] * n,
-            "file": ["nvml"] * n, "line": [0] * n, "seq": seqs, "message": messages,
-        }, schema_overrides={"time": TIME, "message": pl.String, "host": pl.String, "source": pl.String,
-                             "file": pl.String, "line": pl.Int64, "seq": pl.Int64, "time_inferred": pl.Boolean})
+        n, now_ns = len(messages), int(self.clock() * 1_000_000_000)
+        df = pl.DataFrame({"time": [now_ns] * n, "time_inferred": [False] * n, "host": [self.host] * n,
+                           "source": [SourceKind.NVML.value] * n, "file": ["nvml"] * n, "line": [0] * n,
+                           "seq": list(range(self._seq, self._seq + n)), "message": messages},
+                          schema_overrides={"time": pl.Int64, "message": pl.String, "host": pl.String,
+                                            "source": pl.String, "file": pl.String})
+        self._seq += n
         return check_events(conform(df, EVENT_SCHEMA), "nvml agent")
 
     @staticmethod

@@ -72,6 +72,17 @@ class FakeNvml:
     def nvmlShutdown(self):
         self.shutdown_called = True
 
+    def nvmlSystemGetDriverVersion(self):
+        return "570.86.15"
+
+    def nvmlDeviceGetName(self, h):
+        self._g(h, "nvmlDeviceGetName")
+        return "NVIDIA H200"
+
+    def nvmlDeviceGetSupportedEventTypes(self, h):
+        self._g(h, "nvmlDeviceGetSupportedEventTypes")
+        return pynvml.nvmlEventTypeXidCriticalError | pynvml.nvmlEventTypeDoubleBitEccError
+
     def nvmlDeviceGetCount(self):
         return len(self.gpus)
 

@@ -6,7 +6,7 @@ import polars as pl
 import pynvml
 import pytest
 
-from recovery_logs.errors import NVMLUnavailable
+from recovery_logs.errors import NVMLUnavailable, SourceError, VictoriaLogsError
 from recovery_logs.schema import EVENT_SCHEMA, check_events
 from recovery_logs.sources.nvml import NvmlAgent, parse_identity
 
@@ -217,8 +217,53 @@ def test_run_cycles_and_sink(fake, gpus, clock):
     batches: list[pl.DataFrame] = []
     fake.xid(gpus[0], 94)
     n = agent.run(batches.append, interval_s=10, stop_after=2)
-    # cycle 1: baseline poll, then waits up to 10 s for XIDs (gets 94); cycle 2: nothing changed,
-    # drains XIDs without waiting.
-    assert [b.height for b in batches][-1] == 1 and msgs(batches[-1]) == [f"{G0} xid=94"]
-    assert n == sum(b.height for b in batches)
-    assert fake.waits == [10_000, 0, 0]
+    # cycle 1: baseline poll, delivered at once; wait up to 10 s for XIDs: 94 arrives (delivered at
+    # once, queue drained with a 0 ms wait), wait again for the rest of the interval (times out);
+    # cycle 2 (the last): nothing changed, drain queued XIDs without waiting.
+    assert [b.height for b in batches][1:] == [1] and msgs(batches[1]) == [f"{G0} xid=94"]
+    assert n == sum(b.height for b in batches) == agent.stats["delivered"]
+    assert fake.waits == [10_000, 0, 10_000, 0]
+
+
+def test_sink_failure_keeps_events_until_delivered(fake, gpus, clock):
+    agent = NvmlAgent(fake, host="n", clock=clock)
+    calls: list[int] = []
+
+    def flaky(frame: pl.DataFrame) -> None:
+        calls.append(frame.height)
+        if len(calls) == 1:
+            raise VictoriaLogsError("insert failed", status=503)
+
+    baseline = agent.poll_once().height
+    agent._last.clear()  # make the next poll re-emit the baseline
+    fake.xid(gpus[0], 79)
+    n = agent.run(flaky, interval_s=1, stop_after=1)
+    assert calls == [baseline, baseline + 1]  # failed batch is re-sent together with the XID
+    assert n == baseline + 1 and agent.stats["sink_errors"] == 1 and agent.stats["dropped"] == 0
+
+
+def test_buffer_is_bounded_and_undelivered_events_raise_at_the_end(fake, gpus, clock):
+    agent = NvmlAgent(fake, host="n", clock=clock, max_buffer=5)
+    fake.xid(gpus[1], 79)
+
+    def down(frame: pl.DataFrame) -> None:
+        raise VictoriaLogsError("connection refused")
+
+    with pytest.raises(SourceError, match="^nvml agent: 1 events were not delivered"):
+        agent.run(down, interval_s=1, stop_after=1)
+    # attempt 1: the 20 baseline events fail; attempt 2: baseline + the XID fail, over max_buffer,
+    # so the oldest frame (the baseline) is dropped and counted; the XID is what is left.
+    assert agent.stats == {"delivered": 0, "sink_errors": 2, "dropped": 20}
+
+
+def test_event_wait_failure_is_reported_once_and_does_not_spin(fake, clock):
+    slept: list[float] = []
+    agent = NvmlAgent(fake, host="n", clock=clock, sleep=slept.append)
+
+    def broken(es, timeout_ms):
+        raise pynvml.NVMLError_Unknown()
+    fake.nvmlEventSetWait_v2 = broken
+    assert msgs(agent.wait_xid(2000)) == ["NVML gpu=unknown uuid=unknown pci=unknown read_error reading=xid_events "
+                                          "error=Unknown"]
+    assert agent.wait_xid(2000).height == 0
+    assert slept == [2.0, 2.0]  # waits out the timeout instead of returning at once
