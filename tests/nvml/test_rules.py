@@ -17,8 +17,12 @@ rules_matcher = pytest.importorskip("recovery_logs.detectors.rules")
 RULES = Path(__file__).resolve().parents[2] / "rules"
 
 
-@pytest.fixture(scope="module")
-def pack(tmp_path_factory):
+@pytest.fixture(scope="module", params=["nvml_only", "all_packs"])
+def pack(request, tmp_path_factory):
+    """rules/nvml.toml on its own (with the catalog), and with every shipped pack: no other pack's
+    rule may win the agent's messages."""
+    if request.param == "all_packs":
+        return rulepack.load_packs(RULES)
     d = tmp_path_factory.mktemp("rules")
     for name in ("xid_catalog.toml", "nvml.toml"):
         shutil.copy(RULES / name, d / name)
