@@ -4,7 +4,8 @@ Pure functions of frames. Two groups of columns:
 
 * **finding features** (need only the findings frame, so the pipeline's ``AnomalyDetector`` can
   always compute them): counts per rule category, findings / distinct rules / causes / symptoms,
-  progress lines, step-time median, p90, coefficient of variation and the ratio of the median to
+  progress lines and their ratio to the (host, job)'s baseline, step-time median, p90, p90/median,
+  coefficient of variation and the ratio of the median to
   the (host, job)'s own baseline and to the job's median over hosts in the same window.
 * **event features** (need the events frame): events, log rate (events/s), its deviation from
   the (host, job)'s own baseline (``log1p(rate) - log1p(baseline)``), distinct templates, new
@@ -28,8 +29,13 @@ from recovery_logs.timeutil import parse_duration_s
 KEYS = ["host", "job_id", "window_start"]
 CATEGORY_FEATURES = [f"cat_{c.value}" for c in Category if c not in (Category.ANOMALY,)]
 FINDING_FEATURES = CATEGORY_FEATURES + [
-    "n_findings", "n_rules", "n_cause", "n_symptom", "n_progress",
-    "step_time_med", "step_time_p90", "step_time_cv", "step_time_ratio", "step_time_rel_job",
+    "n_findings", "n_rules", "n_cause", "n_symptom", "n_progress", "progress_ratio",
+    "step_time_med", "step_time_p90", "step_time_tail", "step_time_cv", "step_time_ratio", "step_time_rel_job",
+]
+# Scale-free finding features (comparable across jobs of different size and speed): the default model's.
+MODEL_FEATURES = CATEGORY_FEATURES + [
+    "n_findings", "n_rules", "n_cause", "n_symptom", "progress_ratio",
+    "step_time_tail", "step_time_cv", "step_time_ratio", "step_time_rel_job",
 ]
 EVENT_FEATURES = [
     "n_events", "log_rate", "log_rate_dev", "n_templates", "new_templates", "new_template_frac",
@@ -85,9 +91,13 @@ def finding_features(findings: pl.DataFrame, window: str | float = "60s", baseli
         agg_prog, on=["host", "job_id", "_w"], how="left", nulls_equal=True)
     df = _baseline_ratio(df.sort(["host", "job_id", "_w"], nulls_last=True), "step_time_med", "step_time_ratio",
                          baseline_windows, log_diff=False)
+    df = _baseline_ratio(df, "n_progress", "progress_ratio", baseline_windows, log_diff=False)
     job_med = pl.col("step_time_med").median().over(["job_id", "_w"])
     df = df.with_columns(
         pl.when(pl.col("step_time_med").is_null()).then(1.0).otherwise(pl.col("step_time_ratio")).alias("step_time_ratio"),
+        pl.when(pl.col("step_time_med") > 0).then(pl.col("step_time_p90") / pl.col("step_time_med")).otherwise(1.0)
+        .fill_null(1.0).alias("step_time_tail"),
+        pl.when(pl.col("n_progress").is_null()).then(1.0).otherwise(pl.col("progress_ratio")).alias("progress_ratio"),
         pl.when(job_med > 0).then(pl.col("step_time_med") / job_med).otherwise(1.0).fill_null(1.0)
         .alias("step_time_rel_job"))
     return _finish(df, FINDING_FEATURES)
@@ -129,7 +139,7 @@ def window_features(events: pl.DataFrame | None, findings: pl.DataFrame, window:
     df = keys.join(ff, on=KEYS, how="left", nulls_equal=True).join(ef, on=KEYS, how="left", nulls_equal=True)
     df = df.with_columns(pl.col(ALL_FEATURES).fill_null(0.0))
     df = df.with_columns([pl.when(pl.col("n_progress") == 0).then(1.0).otherwise(pl.col(c)).alias(c)
-                          for c in ("step_time_ratio", "step_time_rel_job")])
+                          for c in ("step_time_ratio", "step_time_rel_job", "step_time_tail", "progress_ratio")])
     return df.select(KEYS + ALL_FEATURES).sort(KEYS, nulls_last=True)
 
 
@@ -139,5 +149,5 @@ def _finish(df: pl.DataFrame, cols: list[str]) -> pl.DataFrame:
     return df.select(KEYS + cols).sort(KEYS, nulls_last=True)
 
 
-__all__ = ["ALL_FEATURES", "CATEGORY_FEATURES", "EVENT_FEATURES", "FINDING_FEATURES", "KEYS", "event_features",
+__all__ = ["ALL_FEATURES", "CATEGORY_FEATURES", "EVENT_FEATURES", "FINDING_FEATURES", "KEYS", "MODEL_FEATURES", "event_features",
            "finding_features", "window_features", "window_ns"]
