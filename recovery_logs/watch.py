@@ -9,7 +9,8 @@ cursor — a crash in between re-reports at most one step, it never loses one.
 Restart: the cursor in ``--state-dir`` holds the VictoriaLogs resume point (``complete_ns``:
 everything up to it was read by a finished catch-up query), file offsets (only of fully parsed
 data) and the incidents already reported with the version last printed. On start the engine is
-rebuilt from ``[complete - context, complete - lateness)`` (so attribution has its context), the
+rebuilt from ``[complete - context, complete - lateness)`` — reaching back to the first_seen of
+any reported incident that may still grow, so it keeps its id — then the
 live read resumes at ``complete - lateness``, and an incident is printed again only if it
 gained evidence or changed status.
 
@@ -54,6 +55,8 @@ class WatchOptions:
     lateness_s: float = 30.0
     catchup_s: float = 5.0
     context_s: float = 600.0
+    max_context_s: float = 86400.0       # never re-read more than this on restart
+    since_s: float | None = None         # first start (no cursor): read back this far (default: lateness)
     duration_s: float | None = None
     rules_dir: Path | None = None
     export_incidents: bool = False
@@ -115,7 +118,8 @@ def incident_rows(incidents: Sequence[Incident]) -> list[dict[str, str]]:
 
 
 def _version(inc: Incident) -> dict[str, Any]:
-    return {"last_seen": inc.last_seen, "count": inc.count, "status": inc.status, "severity": inc.severity}
+    return {"first_seen": inc.first_seen, "last_seen": inc.last_seen, "count": inc.count, "status": inc.status,
+            "severity": inc.severity}
 
 
 def _changed(old: dict[str, Any] | None, inc: Incident) -> bool:
@@ -123,6 +127,17 @@ def _changed(old: dict[str, Any] | None, inc: Incident) -> bool:
         return True
     return (inc.count > old.get("count", 0) or inc.last_seen > old.get("last_seen", 0)
             or inc.status != old.get("status") or inc.severity != old.get("severity"))
+
+
+def _shift_lines(batch: Any, counter: list[int], n: int) -> Any:
+    """Make ``line`` the row's position in the whole read, not in its batch (replay == watch)."""
+    off = counter[0]
+    counter[0] += n
+    if off:
+        batch.events = batch.events.with_columns(pl.col("line") + off)
+        if batch.quarantine.height:
+            batch.quarantine = batch.quarantine.with_columns(pl.col("line") + off)
+    return batch
 
 
 class Watcher:
@@ -154,6 +169,7 @@ class Watcher:
         self.vl: VLFollower | None = None
         self.files: FileFollower | None = None
         self._parsers: dict[str, Any] = {}
+        self._vl_lines = [0]   # rows read so far: `line` of a VictoriaLogs event is its position in the whole read
         self._idle: dict[str, int] = {}
         self._last_counts: Counter[str] = Counter()
         self.incidents: list[Incident] = []
@@ -173,6 +189,8 @@ class Watcher:
             resume = self.cursor.complete_ns
             if resume is not None:
                 self._rebuild(resume)
+            elif self.options.since_s is not None:   # first start: the catch-up reads [now - since, now]
+                resume = self.clock() - int(self.options.since_s * NS) + self.lateness_ns
             assert self.client is not None
             self.vl = VLFollower(self.client, self.query, fields=self.fields, lateness_s=self.options.lateness_s,
                                  catchup_s=self.options.catchup_s, tail_offset=self.options.tail_offset,
@@ -188,6 +206,12 @@ class Watcher:
         """Context for attribution after a restart: history before the resume window."""
         assert self.client is not None and self.query is not None
         lo, hi = resume_ns - int(self.options.context_s * NS), resume_ns - self.lateness_ns - 1
+        # reach back to the start of every incident that may still grow, so it keeps its id
+        gap = int(self.engine.config.incident_gap_s * NS)
+        starts = [v["first_seen"] for v in self.cursor.reported.values()
+                  if v.get("first_seen") is not None and v.get("last_seen", 0) >= resume_ns - gap - self.lateness_ns]
+        if starts:
+            lo = max(min(lo, min(starts)), resume_ns - int(self.options.max_context_s * NS))
         if hi < lo:
             return
         try:
@@ -201,7 +225,8 @@ class Watcher:
     def _vl_events(self, rows: list[dict[str, str]]) -> Any:
         from recovery_logs.sources.files import events_from_vl_records
 
-        return events_from_vl_records(rows, self.read, seq_start=self.seq, file=f"victorialogs:{self.vl_url}")
+        batch = events_from_vl_records(rows, self.read, seq_start=self.seq, file=f"victorialogs:{self.vl_url}")
+        return _shift_lines(batch, self._vl_lines, len(rows))
 
     def _file_batches(self, now: int) -> list[Any]:
         from recovery_logs.sources.read_text import TextParser
@@ -229,7 +254,7 @@ class Watcher:
 
     # -- one step ----------------------------------------------------------------------------
     def _feed(self, batch: Any, count_late: bool = True) -> int:
-        self.stats.update({k: v for k, v in batch.stats.items() if isinstance(v, int)})
+        self.stats.update({k: v for k, v in batch.stats.items() if isinstance(v, int) and k != "events"})
         ev: pl.DataFrame = batch.events
         if ev.height == 0:
             return 0
@@ -262,6 +287,7 @@ class Watcher:
         if self.files is not None:
             try:
                 for b in self._file_batches(now):
+                    self.stats["file_lines"] += int(b.stats.get("lines", 0))
                     fed += self._feed(b)
             except RecoveryLogsError as exc:
                 self._error("files", exc)
@@ -311,7 +337,7 @@ class Watcher:
         if self.vl is not None:
             cur.update({f"vl_{k}": v for k, v in self.vl.stats.items()})
         for name, metric in (("vl_lines_read", self.metrics.lines_read), ("vl_duplicates", self.metrics.duplicates),
-                             ("lines", self.metrics.lines_read), ("late", self.metrics.late),
+                             ("file_lines", self.metrics.lines_read), ("late", self.metrics.late),
                              ("events", self.metrics.events)):
             delta = cur[name] - self._last_counts[name]
             if delta > 0:

@@ -75,6 +75,7 @@ def register(app: typer.Typer) -> None:
         lateness: Annotated[str, typer.Option("--lateness", help="allowed event lateness (catch-up window)")] = "30s",
         catchup: Annotated[str, typer.Option("--catchup", help="interval of the catch-up /query")] = "5s",
         context: Annotated[str, typer.Option("--context", help="history re-read on restart for attribution")] = "10m",
+        since: Annotated[str | None, typer.Option("--since", help="first start: read back this far (default: --lateness)")] = None,
         metrics_port: Annotated[int | None, typer.Option("--metrics-port", help="serve Prometheus metrics on 127.0.0.1:N")] = None,
         rules_dir: Annotated[Path | None, typer.Option("--rules-dir", help="rule packs (default: bundled)")] = None,
         export_incidents: Annotated[bool, typer.Option("--export-incidents", help="insert incidents into VictoriaLogs as log lines")] = False,
@@ -98,6 +99,7 @@ def register(app: typer.Typer) -> None:
         opts = WatchOptions(
             sources=tuple(source), query=query, state_dir=state_dir, refresh_s=refresh_s, lateness_s=lateness_s,
             catchup_s=_seconds("--catchup", catchup), context_s=_seconds("--context", context), duration_s=for_s,
+            since_s=_seconds("--since", since) if since else None,
             rules_dir=rules_dir, export_incidents=export_incidents, prefilter=not no_prefilter,
             tail_offset=tail_offset, config=EngineConfig(lateness_s=lateness_s, rules_dir=rules_dir))
         handler = logging.StreamHandler(sys.stderr)

@@ -347,6 +347,10 @@ def history_batches(base_url: str, query: str, start_ns: int, end_ns: int, opts:
     seq = 0
     for rows in history_rows(c, query, start_ns, end_ns, page_size, fields):
         batch = events_from_vl_records(rows, opts, seq_start=seq, file=f"victorialogs:{c.base_url}")
+        if seq:   # `line` is the row's position in the whole read, as in one big export
+            batch.events = batch.events.with_columns(line=batch.events["line"] + seq)
+            if batch.quarantine.height:
+                batch.quarantine = batch.quarantine.with_columns(line=batch.quarantine["line"] + seq)
         seq += len(rows)
         yield batch
 
