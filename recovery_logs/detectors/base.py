@@ -86,4 +86,15 @@ def upto(findings: pl.DataFrame, watermark_ns: int) -> pl.DataFrame:
     return findings.filter(pl.col("time").is_not_null() & (pl.col("time").dt.epoch("ns") <= watermark_ns))
 
 
-__all__ = ["DetectContext", "Detector", "synthetic_findings", "upto"]
+
+_RANK_RE = r"(?i)\[rank(\d+)\]|\brank[ =:]?(\d+)\b"
+
+
+def with_rank(findings: pl.DataFrame) -> pl.DataFrame:
+    """Fill a null ``rank`` from the message (``[rank3]``, ``rank=3``, ``rank 3``) when a rule did not."""
+    m = pl.col("message").str.extract_groups(_RANK_RE)
+    from_msg = pl.coalesce(m.struct.field("1"), m.struct.field("2")).cast(pl.Int32, strict=False)
+    return findings.with_columns(pl.coalesce(pl.col("rank"), from_msg).alias("rank"))
+
+
+__all__ = ["DetectContext", "Detector", "synthetic_findings", "upto", "with_rank"]

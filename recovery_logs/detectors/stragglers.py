@@ -31,7 +31,7 @@ from dataclasses import dataclass
 import numpy as np
 import polars as pl
 
-from recovery_logs.detectors.base import DetectContext, synthetic_findings, upto
+from recovery_logs.detectors.base import DetectContext, synthetic_findings, upto, with_rank
 from recovery_logs.schema import empty_findings
 from recovery_logs.timeutil import ns_to_iso
 
@@ -63,6 +63,7 @@ class StragglerDetector:
              .filter((pl.col("role") == "progress") & pl.col("job_id").is_not_null()
                      & ~pl.col("rule_id").fill_null("").str.starts_with("detector."))
              .filter(pl.col("step_time_s").is_not_null() & pl.col("step_time_s").is_finite()))
+        p = with_rank(p)
         if log.isEnabledFor(logging.DEBUG):
             for job in sorted(set(p.filter(pl.col("rank").is_null())["job_id"].to_list())):
                 log.debug("straggler detector: job %s has step times without a rank; those lines are ignored", job)
