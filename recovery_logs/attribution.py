@@ -64,6 +64,7 @@ class Row:
     line: int | None
     peer: str | None
     escalated: bool = False
+    rank: int | None = None
 
 
 def fill_jobs(findings: pl.DataFrame, spans: pl.DataFrame, grace_s: float) -> pl.DataFrame:
@@ -263,7 +264,7 @@ class Attributor:
                     last=int(d["last"]), category=d["category"], severity=d["severity"], role=d["role"],
                     action=d["action"] or "investigate", xid=d["xid"], pci=d["pci"],
                     gpu=d["gpu"] if d["gpu"] is not None else d["any_gpu"], message=d["message"],
-                    file=d["file"], line=d["line"], peer=d["peer"],
+                    file=d["file"], line=d["line"], peer=d["peer"], rank=d["rank"],
                     escalated=d["xid"] in (13, 31) and (d["host"], d["pci"] or "") in escal)
                 for d in recs]
         clears = [r for r in rows if r.role == "clear"]
@@ -284,6 +285,10 @@ class Attributor:
         if gpu is None:
             gpu = next((r.gpu for r in scored if r.host == top.node and r.gpu is not None
                         and (top_row.pci is None or r.pci in (None, top_row.pci))), None)
+        if gpu is None and top_row.host == top.node:
+            # one process per GPU in rank order (torchrun's default): local GPU = rank mod GPUs per node
+            gpu = next((r.rank % self.config.gpus_per_node for r in sorted(scored, key=lambda r: r.first)
+                        if r.host == top.node and r.rank is not None and r.role in ("cause", "symptom")), None)
         action = top_row.action
         if top_row.escalated:
             action = "investigate"

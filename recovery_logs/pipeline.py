@@ -38,6 +38,16 @@ _ADDR_RE = (r"(?:^|\s)(?:(?P<h>[A-Za-z0-9_.-]+):\d+:\d+ \[\d+\] )?NCCL INFO "
             r"(?:Bootstrap : Using|NET/Socket : Using|NET/IB : Using .*?OOB) \[?\S*?:(?P<ip>\d+\.\d+\.\d+\.\d+)<")
 
 
+_NCCL_GPU_RE = r"^[A-Za-z0-9_.-]+:\d+:\d+ \[(\d+)\] NCCL "
+
+
+def _fill_gpu(found: pl.DataFrame) -> pl.DataFrame:
+    """NCCL prefixes name the local GPU (`host:pid:tid [6] NCCL WARN ...`): use it where a rule did not."""
+    return found.with_columns(
+        pl.coalesce(pl.col("gpu"), pl.col("message").str.extract(_NCCL_GPU_RE, 1).cast(pl.Int32, strict=False))
+        .alias("gpu"))
+
+
 def default_detectors(config: EngineConfig) -> list[Any]:
     """Behavioural detectors named in ``config.detectors`` (see recovery_logs.detectors)."""
     out: list[Any] = []
@@ -92,6 +102,7 @@ class Engine:
             return empty_findings()
         found = match(events, self.pack)
         if found.height:
+            found = _fill_gpu(found)
             self._chunks.append(found)
             self._findings_cache = None
         self.windows = merge_windows(self.windows, window_counts(events, found, self.config.window_s))

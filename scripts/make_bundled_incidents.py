@@ -177,7 +177,7 @@ def xid48():
         inc.j(t2, n, f"{n}:{52731}:{53120} [0] NCCL INFO [Service thread] Connection closed by localRank 0")
         inc.j(t2, n, torchglog(r0, t2, "E", "ProcessGroupNCCL.cpp:1595", f"[PG 0 (default_pg) Rank {r0}] Process group watchdog thread terminated with exception: NCCL error: remote process exited or there was a network error, NCCL version 2.21.5"))
     teardown(inc, ft + timedelta(seconds=8))
-    inc.write({"fault_kind": "xid48_row_remap", "category": "xid", "xid": 48, "culprit_node": host, "culprit_gpu": g,
+    inc.write({"fault_kind": "xid48_row_remap", "category": "ecc_memory", "xid": 48, "culprit_node": host, "culprit_gpu": g,
                "fault_time": iso(ft), "decisive_time": iso(ft), "expect_incident": True,
                "acceptable_actions": ["drain_node", "requeue_job", "reset_gpu"],
                "never_drain": [n for n in NODES if n != host]})
