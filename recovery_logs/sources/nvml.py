@@ -1,35 +1,27 @@
 """NVML agent: GPU health straight from the driver, as events in ``schema.EVENT_SCHEMA``.
 
-Runs on each GPU node. It reads NVML through NVIDIA's official bindings (package
-``nvidia-ml-py``, module ``pynvml``) -- or through any object with the same function and
-constant names, which is how the tests drive it -- and turns what it reads into events:
-
-* XID critical errors, pushed by the driver through an NVML event set (``wait_xid``);
-* polled state (``poll_once``): ECC counters, row remapping, retired pages, clock event
-  (throttle) reasons, temperature, power, NVLink state and error counters, the PCIe replay
-  counter and the GPU recovery action the driver asks for.
-
-Every event has ``source="nvml"``, ``file="nvml"``, ``line=0`` and a stable key=value message
-that ``rules/nvml.toml`` matches::
+Reads NVML through NVIDIA's bindings (``nvidia-ml-py``, module ``pynvml``) or any object with
+the same names (the tests' fake): XID critical errors pushed through an NVML event set
+(``wait_xid``), and polled state (``poll_once``): ECC counters, row remapping, retired pages,
+clock event (throttle) reasons, temperature, power, NVLink state and error counters, the PCIe
+replay counter and the GPU recovery action. Events have ``source="nvml"``, ``file="nvml"``,
+``line=0`` and a stable key=value message that ``rules/nvml.toml`` matches::
 
     NVML gpu=3 uuid=GPU-8f1e... pci=0000:cb:00.0 remapped_rows pending=1 failure=0 correctable=2 uncorrectable=1
     NVML gpu=3 uuid=GPU-8f1e... pci=0000:cb:00.0 xid=79
 
 Contract:
 
-* **Change-only.** A polled reading is emitted the first time it is read and then only when
-  it changes (temperature and power: when their level changes or they move by a step), never
-  on every unchanged poll. XID events are emitted as they arrive.
-* **A GPU that stops answering is an event.** ``NVMLError_GpuIsLost``, ``_Unknown`` or
-  ``_ResetRequired`` from one device yields one ``gpu_lost`` event (not one per poll); when it
-  answers again a ``gpu_answering`` event follows. Other devices keep being read.
-* **Unsupported is not an error.** A reading the GPU does not support (``NotSupported``,
-  ``NoPermission``, ``FunctionNotFound``, ``InvalidArgument``) is skipped from then on and listed
-  in ``NvmlAgent.unsupported``. Any other NVML error on a reading becomes a ``read_error``
-  event (change-only) and the poll goes on.
-* **No NVML, no GPU** raises ``NVMLUnavailable`` (CLI exit 9) with the reason; never a traceback.
-* **Blocking.** ``poll_once`` does not block beyond the NVML calls; ``wait_xid(timeout_ms)``
-  blocks up to ``timeout_ms``; ``run`` blocks until ``stop_after`` cycles (or forever).
+* **Change-only.** A reading is emitted when first read, then only when it changes
+  (temperature, power: when the level changes or it moves a step). XIDs as they arrive.
+* **A GPU that stops answering is an event.** ``GpuIsLost`` / ``Unknown`` / ``ResetRequired``
+  from one device gives one ``gpu_lost`` event, later ``gpu_answering``; other GPUs go on.
+* **Unsupported is not an error.** ``NotSupported``, ``NoPermission``, ``FunctionNotFound``,
+  ``InvalidArgument``: the reading is skipped from then on (``NvmlAgent.unsupported``). Any
+  other NVML error is a ``read_error`` event (change-only) and the poll goes on.
+* **No NVML, no GPU** raises ``NVMLUnavailable`` (CLI exit 9) with the reason.
+* **Blocking.** ``poll_once``: only the NVML calls; ``wait_xid(timeout_ms)``: up to the
+  timeout; ``run``: until ``stop_after`` cycles, or forever.
 """
 
 from __future__ import annotations
@@ -122,6 +114,7 @@ class _Device:
     pci: str = "unknown"
     lost: bool = False
     lost_error: BaseException | None = None
+    identified: bool = False
 
     @property
     def prefix(self) -> str:
@@ -141,17 +134,14 @@ class NvmlAgent:
                  sleep: Callable[[float], None] = time.sleep, thresholds: NvmlThresholds | None = None,
                  max_buffer: int = 100_000) -> None:
         self.nvml = load_nvml() if nvml is None else nvml
-        self.host = host
-        self.clock = clock
-        self.sleep = sleep
+        self.host, self.clock, self.sleep, self.max_buffer = host, clock, sleep, max_buffer
         self.thresholds = thresholds or NvmlThresholds()
-        self.unsupported: dict[int, set[str]] = {}
-        self.xid_supported: dict[int, bool] = {}
+        self.unsupported: dict[int, set[str]] = {}     # GPU index -> readings it does not support
+        self.xid_supported: dict[int, bool] = {}       # GPU index -> registered for XID events
+        self.stats = {"delivered": 0, "sink_errors": 0, "dropped": 0}
         self._last: dict[tuple[int, str], Any] = {}
         self._seq = 0
         self._event_set: Any = None
-        self.max_buffer = max_buffer
-        self.stats = {"delivered": 0, "sink_errors": 0, "dropped": 0}
         self._pending: list[pl.DataFrame] = []
         self._sink_error: SourceError | None = None
         self._init()
@@ -182,14 +172,17 @@ class NvmlAgent:
         self._open_event_set()
 
     def _open(self, dev: _Device) -> bool:
-        """Get the handle, UUID and PCI id of one device. False when it does not answer."""
+        """Get the handle, then (once) the UUID and PCI id of one device; False when NVML gives an
+        error for it (kept in ``dev.lost_error``). A UUID or PCI id NVML cannot give stays "unknown"."""
         try:
             if dev.handle is None:
                 dev.handle = self.nvml.nvmlDeviceGetHandleByIndex(dev.index)
-            if dev.uuid == "unknown":
-                dev.uuid = str(self.nvml.nvmlDeviceGetUUID(dev.handle))
-            if dev.pci == "unknown":
-                dev.pci = _pci(self.nvml.nvmlDeviceGetPciInfo(dev.handle).busId)
+            if not dev.identified:
+                uuid = self._optional("nvmlDeviceGetUUID", dev.handle)
+                info = self._optional("nvmlDeviceGetPciInfo", dev.handle)
+                dev.uuid = str(uuid) if uuid else "unknown"
+                dev.pci = _pci(info.busId) if info is not None else "unknown"
+                dev.identified = True
         except self._nvml_error() as exc:
             dev.lost_error = exc
             return False
@@ -302,7 +295,7 @@ class NvmlAgent:
         v = int(getattr(val, attr))
         return {"value": v, "name": RECOVERY_ACTIONS.get(v, "unknown")}
 
-    def _read_nvlinks(self, h: Any) -> dict[int, dict[str, Any]]:
+    def _read_nvlink(self, h: Any) -> dict[int, dict[str, Any]]:
         links: dict[int, dict[str, Any]] = {}
         for link in range(self.thresholds.max_nvlinks):
             state = self._optional("nvmlDeviceGetNvLinkState", h, link)
@@ -320,16 +313,15 @@ class NvmlAgent:
                "recovery_action", "nvlink")
 
     def _reader(self, topic: str) -> Callable[[Any], Any]:
-        return getattr(self, "_read_nvlinks" if topic == "nvlink" else f"_read_{topic}")
+        return getattr(self, f"_read_{topic}")
 
     def read_device(self, index: int) -> dict[str, Any]:
-        """Everything NVML answers for one GPU, raw (for ``scripts/nvml_check.py``).
-
-        Values are the readers' dicts; a reading that failed shows as ``{"error": name}``.
-        """
+        """Everything NVML answers for one GPU, raw (for ``scripts/nvml_check.py``): the readers'
+        dicts; a reading that failed shows as ``{"error": name}``."""
         dev = self.devices[index]
+        ok = self._open(dev)
         out: dict[str, Any] = {"gpu": dev.index, "uuid": dev.uuid, "pci": dev.pci}
-        if not self._open(dev):
+        if not ok:
             out["error"] = _err_name(dev.lost_error) if dev.lost_error else "unknown"
             return out
         for topic in self._TOPICS:
@@ -363,7 +355,11 @@ class NvmlAgent:
         err = self._nvml_error()
         was_lost = dev.lost
         if not self._open(dev):
-            self._mark_lost(dev, dev.lost_error, "identity", out)
+            exc = dev.lost_error
+            if getattr(exc, "value", None) in _LOST:
+                self._mark_lost(dev, exc, "identity", out)
+            elif self._changed(dev, "read_error:identity", {"error": _err_name(exc) if exc else "unknown"}):
+                out.append(f"{dev.prefix} read_error reading=identity error={_err_name(exc) if exc else 'unknown'}")
             return
         skip = self.unsupported.setdefault(dev.index, set())
         answered = False

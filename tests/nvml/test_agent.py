@@ -267,3 +267,18 @@ def test_event_wait_failure_is_reported_once_and_does_not_spin(fake, clock):
                                           "error=Unknown"]
     assert agent.wait_xid(2000).height == 0
     assert slept == [2.0, 2.0]  # waits out the timeout instead of returning at once
+
+
+def test_no_permission_on_a_gpu_is_a_read_error_not_a_lost_gpu(kit, clock):
+    locked = kit.FakeGpu("GPU-dddd", b"00000000:01:00.0", lost=pynvml.NVMLError_NoPermission())
+    agent = NvmlAgent(kit.FakeNvml([locked]), host="n", clock=clock)
+    assert msgs(agent.poll_once()) == ["NVML gpu=0 uuid=unknown pci=unknown read_error reading=identity error=NoPermission"]
+    assert agent.poll_once().height == 0
+
+
+def test_missing_pci_info_keeps_the_gpu(fake, gpus, clock):
+    gpus[0].unsupported.add("nvmlDeviceGetPciInfo")  # e.g. FunctionNotFound for _v3 on an old driver
+    agent = NvmlAgent(fake, host="n", clock=clock)
+    m = msgs(agent.poll_once())
+    assert "NVML gpu=0 uuid=GPU-aaaa-0000 pci=unknown pcie replay_count=0" in m
+    assert not any("gpu_lost" in x for x in m)
