@@ -1,0 +1,98 @@
+"""`recovery-logs eval`: replay simulated scenarios and score detection against their truth."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+
+def _fmt(v: Any) -> str:
+    if v is None:
+        return "-"
+    if v is True:
+        return "yes"
+    if v is False:
+        return "NO"
+    if isinstance(v, float):
+        return f"{v:.1f}"
+    return str(v)
+
+
+def report_table(report) -> Any:
+    from rich.table import Table
+
+    t = Table(title="recovery-logs eval", show_lines=False)
+    for col in ("scenario", "truth", "top incident", "top1", "top3", "cat", "actions", "innocent", "latency s",
+                "vs decisive s"):
+        t.add_column(col, no_wrap=col in ("scenario", "top1", "top3", "cat"))
+    for s in report.scores:
+        if s.error:
+            t.add_row(s.name, "", f"[red]{s.error}[/]", "", "", "", "", "", "", "")
+            continue
+        m, tr = s.metrics, s.truth
+        top = m.get("top") or {}
+        truth = f"{tr.get('category') or 'none'}@{tr.get('culprit_node') or '-'}"
+        got = f"{top.get('category')}@{top.get('node')}" if top else "(none)"
+        innocent = m["innocent_drains"] + m["disruptive"]
+        t.add_row(s.name, truth, got, _fmt(m.get("top1")), _fmt(m.get("top3")), _fmt(m.get("category_ok")),
+                  _fmt(m.get("actions_ok")), _fmt(innocent), _fmt(m.get("latency_s")), _fmt(m.get("decisive_latency_s")))
+    x = report.totals
+
+    def pct(v: float | None) -> str:
+        return "-" if v is None else f"{100 * v:.0f}%"
+
+    t.add_section()
+    t.add_row("TOTAL", f"{x['scenarios']} runs, {x['node_level']} node-level", f"{x['errors']} error(s)",
+              pct(x["top1"]), pct(x["top3"]), pct(x["category"]), pct(x["actions"]),
+              str(x["innocent_drains"] + x["unclean_quiet_runs"]), "",
+              "-" if x["hardware_latency_max_s"] is None else f"max {x['hardware_latency_max_s']:.1f}")
+    return t
+
+
+def register(app: typer.Typer) -> None:
+    @app.command("eval")
+    def eval_cmd(
+        directory: Annotated[Path, typer.Argument(help="output of `recovery-logs simulate` (or one scenario dir)")],
+        as_json: Annotated[bool, typer.Option("--json", help="print the report as JSON")] = False,
+        input_kind: Annotated[str, typer.Option("--input", help="auto | text | vl")] = "auto",
+        min_top1: Annotated[float, typer.Option("--min-top1", help="floor: top-1 culprit rate (node-level runs)")] = 0.0,
+        min_top3: Annotated[float, typer.Option("--min-top3", help="floor: top-3 culprit rate")] = 0.0,
+        min_category: Annotated[float, typer.Option("--min-category", help="floor: category rate")] = 0.0,
+        max_innocent_drains: Annotated[int, typer.Option("--max-innocent-drains", help="ceiling on innocent drains")] = 0,
+        max_latency: Annotated[float | None, typer.Option("--max-latency", help="ceiling (s) on hardware-fault "
+                                                                               "latency after the decisive line")] = None,
+        max_errors: Annotated[int, typer.Option("--max-errors", help="ceiling on unscorable scenarios")] = 0,
+        allow_unclean_healthy: Annotated[bool, typer.Option("--allow-unclean-healthy",
+                                                            help="do not fail on disruptive proposals in quiet runs")] = False,
+        width: Annotated[int | None, typer.Option("--width", help="terminal width")] = None,
+    ) -> None:
+        """Replay every scenario in DIRECTORY, score it against truth.json; exit 1 when a floor is missed."""
+        from rich.console import Console
+
+        from recovery_logs.evaluate import EvalOptions, evaluate
+
+        opts = EvalOptions(input=input_kind, min_top1=min_top1, min_top3=min_top3, min_category=min_category,
+                           max_innocent_drains=max_innocent_drains, max_latency_s=max_latency,
+                           require_healthy_clean=not allow_unclean_healthy, max_errors=max_errors)
+        err = Console(stderr=True, width=width, highlight=False)
+
+        def note(s) -> None:
+            if s.error:
+                err.print(f"[yellow]eval: {s.name}: {s.error}[/]")
+
+        report = evaluate(directory, opts, on_score=note)
+        if as_json:
+            sys.stdout.write(json.dumps(report.to_dict(), indent=2) + "\n")
+        else:
+            Console(width=width).print(report_table(report))
+            x = report.totals
+            if x["replay_lines_per_s"]:
+                Console(width=width).print(f"replayed {x['lines']:,d} lines in {x['replay_s']:.2f}s "
+                                           f"({x['replay_lines_per_s']:,.0f} lines/s)")
+        if report.missed:
+            err.print("[bold red]eval: floor missed:[/] " + "; ".join(report.missed))
+            raise typer.Exit(1)

@@ -1,0 +1,48 @@
+"""`recovery-logs simulate`: write simulated incident logs and their truth.json."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+
+def register(app: typer.Typer) -> None:
+    @app.command("simulate")
+    def simulate_cmd(
+        scenario: Annotated[str, typer.Option("--scenario", help="NAME, all, a,b (several runs) or a+b (combined)")],
+        out: Annotated[Path, typer.Option("--out", help="output directory (one sub-directory per scenario)")],
+        seed: Annotated[int, typer.Option("--seed", help="random seed; same seed, same bytes")] = 0,
+        nodes: Annotated[int, typer.Option("--nodes", help="nodes in the job")] = 4,
+        gpus_per_node: Annotated[int, typer.Option("--gpus-per-node", help="GPUs (ranks) per node")] = 8,
+        duration: Annotated[str, typer.Option("--duration", help="simulated time, e.g. 30m, 2h, 24h")] = "2h",
+        fmt: Annotated[str, typer.Option("--format", help="text | vl-jsonl | both")] = "text",
+        to: Annotated[str | None, typer.Option("--to", help="also push to victorialogs://HOST:PORT")] = None,
+        list_only: Annotated[bool, typer.Option("--list", help="list scenario names and exit")] = False,
+    ) -> None:
+        """Simulate a multi-node training job with injected faults; writes logs and truth.json."""
+        from recovery_logs.errors import ConfigError
+        from recovery_logs.simulate import SimOptions, scenario_names, simulate
+        from recovery_logs.timeutil import parse_duration_s
+
+        if list_only:
+            for name in scenario_names():
+                typer.echo(name)
+            return
+        try:
+            duration_s = parse_duration_s(duration)
+        except ValueError as exc:
+            raise ConfigError("simulate: --duration is not a duration (e.g. 90s, 30m, 2h)", value=duration) from exc
+        opts = SimOptions(out=out, scenario=scenario, seed=seed, nodes=nodes, gpus_per_node=gpus_per_node,
+                          duration_s=duration_s, format=fmt, to=to)
+
+        def show(r) -> None:
+            typer.echo(f"{r.scenario:<22} {r.lines:>11,d} lines {r.bytes / 1e6:>9.1f} MB {r.seconds:>7.2f}s "
+                       f"{r.lines_per_s:>12,.0f} lines/s  -> {r.path}")
+
+        results = simulate(opts, on_result=show)
+        total = sum(r.lines for r in results)
+        secs = sum(r.seconds for r in results)
+        typer.echo(f"{len(results)} scenario(s), {total:,d} lines in {secs:.2f}s "
+                   f"({total / secs if secs else 0:,.0f} lines/s)")

@@ -1,0 +1,424 @@
+"""The fault library: each scenario scripts the lines a real incident leaves behind and states
+its ground truth. Scenarios are plain functions ``(script, spec) -> Fault`` in ``SCENARIOS``.
+
+Categories follow the replay output contract (``schema.Category``): the failure domain. Xids
+whose domain is GPU memory (48, 94, 95) are ``ecc_memory``, NVLink ones (74, 144-150) ``nvlink``,
+the rest (79, 119, 120, 13, 31) ``xid``; the Xid code itself is in ``xid``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from recovery_logs.simulate import script as sc
+from recovery_logs.simulate.cluster import HCA_PCI, IB_NETDEV, NS
+from recovery_logs.simulate.script import Script
+
+HW_ACTIONS = ("drain_node", "requeue_job", "reset_gpu")
+USER_ACTIONS = ("none", "investigate", "cancel_job")
+
+
+@dataclass(frozen=True)
+class Spec:
+    node: int          # culprit node index
+    gpu: int           # culprit GPU index on that node
+    t: int             # fault time (ns, true clock)
+    other: int         # another node (for peer relationships)
+
+
+@dataclass
+class Fault:
+    kind: str
+    category: str | None
+    culprit_node: int | None
+    culprit_gpu: int | None
+    node_fault: bool                       # the culprit node is at fault (may be drained)
+    fault_t: int | None
+    decisive_t: int | None
+    actions: tuple[str, ...]
+    expect_incident: bool = True
+    xid: int | None = None
+    job_end: int | None = None             # job output and progress stop after this time
+    progress_stop: int | None = None       # progress lines stop (job may linger, e.g. a hang)
+    node_dead: tuple[int, int] | None = None
+    slow: list[tuple[np.ndarray, int, int, float]] = field(default_factory=list)
+
+
+def _rank(s: Script, node: int, gpu: int) -> int:
+    return node * s.cluster.gpus_per_node + gpu
+
+
+def _xid(s: Script, t: int, node: int, gpu: int, code: int, text: str, header: bool = True) -> int:
+    c = s.cluster
+    if header:
+        s.kern(t - 40_000, node, f"NVRM: GPU at PCI:{c.pci(gpu)}: {s.gpu_uuid(node, gpu)}")
+        s.kern(t - 30_000, node, f"NVRM: GPU Board Serial Number: 1654{node:05d}{gpu:04d}")
+    return s.kern(t, node, f"NVRM: Xid (PCI:{c.pci(gpu)}): {code}, {text}")
+
+
+def _crash(s: Script, t: int, rank: int, frames: list[tuple[str, int, str, str]], last: str,
+           exitcode: int = 1, extra: list[str] = ()) -> int:
+    """One rank dies with an exception: its traceback, torchrun teardown, peers abort, Slurm ends."""
+    s.traceback(t, rank, frames, last)
+    for line in extra:
+        s.ranked(t + 1_000, rank, line)
+    node = s.cluster.node_of_rank(rank)
+    t2 = sc.child_failed(s, t + s.jitter(0.5, 2.0), rank, exitcode)
+    end = sc.remote_failure(s, t2, {node})
+    sc.job_end_lines(s, end + s.jitter(1, 4), "failed")
+    return end + 6 * NS
+
+
+TRAIN_FRAMES = [("/workspace/megatron/training.py", 1192, "train_step", "losses_reduced = forward_backward_func("),
+                ("/workspace/megatron/core/pipeline_parallel/schedules.py", 455, "forward_backward_no_pipelining",
+                 "output_tensor = forward_step(")]
+CUDA_FRAMES = TRAIN_FRAMES + [("/usr/local/lib/python3.10/dist-packages/torch/cuda/streams.py", 225, "synchronize",
+                               "super().synchronize()")]
+
+
+def _cuda_crash(s: Script, t: int, rank: int, err: str) -> int:
+    return _crash(s, t, rank, CUDA_FRAMES, f"RuntimeError: CUDA error: {err}",
+                  extra=["CUDA kernel errors might be asynchronously reported at some other API call, so the "
+                         "stacktrace below might be incorrect.",
+                         "For debugging consider passing CUDA_LAUNCH_BLOCKING=1",
+                         "Compile with `TORCH_USE_CUDA_DSA` to enable device-side assertions."])
+
+
+def _breadcrumb_45(s: Script, t: int, node: int, gpus: list[int], cause: int | None) -> None:
+    c = s.cluster
+    for g in gpus:
+        tail = f"Ch 0000000{(g % 7) + 1}" if cause is None else f"Preemptive Cleanup, due to previous Xid {cause}"
+        s.kern(t + s.jitter(0, 0.5), node, f"NVRM: Xid (PCI:{c.pci(g)}): 45, pid={c.pid(_rank(s, node, g))}, "
+               f"name=python3, {tail}")
+
+
+def _hw_truth(kind: str, f: Spec, t: int, xid: int | None, actions=HW_ACTIONS, category: str = "xid", **kw) -> Fault:
+    return Fault(kind=kind, category=category, culprit_node=f.node, culprit_gpu=f.gpu, node_fault=True, fault_t=t,
+                 decisive_t=t, actions=actions, xid=xid, **kw)
+
+
+# ---- hardware: GPU ------------------------------------------------------------------------------
+
+def xid79_cascade(s: Script, f: Spec) -> Fault:
+    c, k, g = s.cluster, f.node, f.gpu
+    rank = _rank(s, k, g)
+    rp = f"{int(c.pci(g).split(':')[1], 16) - 1:02x}"
+    t_aer = f.t - s.jitter(5, 40)
+    s.kern(t_aer, k, f"pcieport 0000:{rp}:01.0: AER: Corrected error received: 0000:{rp}:01.0")
+    s.kern(t_aer + 20_000, k, f"pcieport 0000:{rp}:01.0: PCIe Bus Error: severity=Corrected, type=Physical Layer, (Receiver ID)")
+    s.kern(t_aer + 30_000, k, f"pcieport 0000:{rp}:01.0:   device [8086:352a] error status/mask=00000001/00002000")
+    s.kern(t_aer + 40_000, k, f"pcieport 0000:{rp}:01.0:    [ 0] RxErr                  (First)")
+    t = _xid(s, f.t, k, g, 79, f"pid={c.pid(rank)}, name=python3, GPU has fallen off the bus.")
+    s.kern(f.t + 45_000, k, f"NVRM: GPU {c.pci(g)}.0: GPU has fallen off the bus.")
+    s.kern(f.t + 80_000, k, "NVRM: A GPU crash dump has been created. If possible, please run\n"
+           "NVRM: nvidia-bug-report.sh as root to collect this data before\nNVRM: the NVIDIA kernel module is unloaded.")
+    tr = f.t + s.jitter(0.2, 1.0)
+    s.cpp(tr, rank, "E", "ProcessGroupNCCL.cpp:1595", f"[PG 0 (default_pg) Rank {rank}] Process group watchdog thread "
+          "terminated with exception: CUDA error: unspecified launch failure")
+    s.nccl(tr + 1000, rank, "WARN Cuda failure 'unspecified launch failure'")
+    end = sc.watchdog_cascade(s, f.t, {rank})
+    sc.job_end_lines(s, end, "failed")
+    return _hw_truth("xid79_cascade", f, t, 79, job_end=end + 5 * NS, progress_stop=f.t)
+
+
+def xid48_row_remap(s: Script, f: Spec) -> Fault:
+    c, k, g = s.cluster, f.node, f.gpu
+    t = _xid(s, f.t, k, g, 48, "pid='<unknown>', name=<unknown>, An uncorrectable double bit error (DBE) has been "
+             f"detected on GPU in the framebuffer at partition {g % 4}, subpartition 0.")
+    s.kern(f.t + 3_000_000, k, f"NVRM: Xid (PCI:{c.pci(g)}): 63, pid='<unknown>', name=<unknown>, Row Remapper: "
+           "New row marked for remapping, reset gpu to activate.")
+    rank = _rank(s, k, g)
+    end = _cuda_crash(s, f.t + s.jitter(0.05, 0.4), rank, "uncorrectable ECC error encountered")
+    _breadcrumb_45(s, f.t + 2 * NS, k, [g], 48)
+    return _hw_truth("xid48_row_remap", f, t, 48, category="ecc_memory", job_end=end, progress_stop=f.t)
+
+
+def xid94_contained(s: Script, f: Spec) -> Fault:
+    c, k, g = s.cluster, f.node, f.gpu
+    rank = _rank(s, k, g)
+    t = _xid(s, f.t, k, g, 94, f"pid={c.pid(rank)}, name=python3, Contained: SM (0x1). RST: No, D-RST: No")
+    end = _cuda_crash(s, f.t + s.jitter(0.05, 0.3), rank, "uncorrectable ECC error encountered")
+    return _hw_truth("xid94_contained", f, t, 94, actions=("requeue_job", "reset_gpu", "investigate"), category="ecc_memory",
+                     job_end=end, progress_stop=f.t)
+
+
+def xid95_uncontained(s: Script, f: Spec) -> Fault:
+    c, k, g = s.cluster, f.node, f.gpu
+    rank = _rank(s, k, g)
+    t = _xid(s, f.t, k, g, 95, f"pid={c.pid(rank)}, name=python3, Uncontained: LTC TAG (0x2,0x0). RST: Yes, D-RST: No")
+    s.kern(f.t + 400_000_000, k, f"NVRM: Xid (PCI:{c.pci(g)}): 154, GPU recovery action changed from 0x0 (None) to "
+           "0x1 (GPU Reset Required)")
+    end = _cuda_crash(s, f.t + s.jitter(0.05, 0.3), rank, "uncorrectable ECC error encountered")
+    _breadcrumb_45(s, f.t + NS, k, [x for x in range(c.gpus_per_node) if x != g][:3], 95)
+    return _hw_truth("xid95_uncontained", f, t, 95, category="ecc_memory", job_end=end, progress_stop=f.t)
+
+
+def xid74_nvlink(s: Script, f: Spec) -> Fault:
+    c, k, g = s.cluster, f.node, f.gpu
+    rank = _rank(s, k, g)
+    link = int(s.rng.integers(0, 18))
+    t = _xid(s, f.t, k, g, 74, f"pid={c.pid(rank)}, name=python3, NVLink: fatal error detected on link {link}"
+             "(0x0, 0x0, 0x10000, 0x0, 0x0, 0x0, 0x0)")
+    end = _crash(s, f.t + s.jitter(0.2, 1.0), rank, TRAIN_FRAMES,
+                 "torch.distributed.DistBackendError: NCCL error in: ../torch/csrc/distributed/c10d/NCCLUtils.hpp:317, "
+                 f"unhandled cuda error (run with NCCL_DEBUG=INFO for details), NCCL version {sc.NCCL_VERSION}")
+    _breadcrumb_45(s, f.t + NS, k, [x for x in range(c.gpus_per_node) if x != g], 74)
+    for other in range(len(c.nodes)):   # teardown on other nodes kills their channels: solo Xid 45
+        if other != k:
+            _breadcrumb_45(s, end - 2 * NS, other, list(range(min(2, c.gpus_per_node))), None)
+    return _hw_truth("xid74_nvlink", f, t, 74, category="nvlink", job_end=end, progress_stop=f.t)
+
+
+def xid149_nvlink5(s: Script, f: Spec) -> Fault:
+    c, k, g = s.cluster, f.node, f.gpu
+    link = int(s.rng.integers(0, 18))
+    t = _xid(s, f.t, k, g, 149, f"NETIR_LINK_EVT  Fatal   XC0 i0 Link {link:02d} (0x025525c6 0x00000000 0x00000000 "
+             "0x00000000 0x00000000 0x00000000)")
+    for peer in [x for x in range(c.gpus_per_node) if x != g][:2]:
+        s.kern(f.t + 2_000_000, k, f"NVRM: Xid (PCI:{c.pci(peer)}): 145, RLW_SRC_TRACK  NonFatal XC0 i1 Link "
+               f"{(link + 3 * peer) % 18:02d} (0x00000040 0x00000000 0x00000000 0x00000000 0x00000000 0x00000000)")
+    _breadcrumb_45(s, f.t + 283_000_000, k, list(range(c.gpus_per_node)), 149)
+    s.kern(f.t + 404_000_000, k, f"NVRM: Xid (PCI:{c.pci(g)}): 154, GPU recovery action changed from 0x0 (None) to "
+           "0x1 (GPU Reset Required)")
+    end = _cuda_crash(s, f.t + s.jitter(0.3, 1.0), _rank(s, k, g), "unspecified launch failure")
+    return _hw_truth("xid149_nvlink5", f, t, 149, category="nvlink", job_end=end, progress_stop=f.t)
+
+
+def xid119_gsp(s: Script, f: Spec) -> Fault:
+    c, k, g = s.cluster, f.node, f.gpu
+    rank = _rank(s, k, g)
+    t = None
+    for i in range(3):
+        ti = _xid(s, f.t + i * 6 * NS, k, g, 119, f"pid={c.pid(rank)}, name=python3, Timeout after 6s of waiting for RPC "
+                  f"response from GPU{g} GSP! Expected function 76 (GSP_RM_CONTROL) (0x20802a02 0x8).", header=i == 0)
+        t = ti if t is None else t
+    s.kern(f.t + 13 * NS, k, f"NVRM: Xid (PCI:{c.pci(g)}): 154, GPU recovery action changed from 0x0 (None) to 0x1 "
+           "(GPU Reset Required)")
+    end = sc.watchdog_cascade(s, f.t, {rank})
+    sc.job_end_lines(s, end, "failed")
+    return _hw_truth("xid119_gsp", f, t, 119, job_end=end + 5 * NS, progress_stop=f.t)
+
+
+def xid120_gsp(s: Script, f: Spec) -> Fault:
+    c, k, g = s.cluster, f.node, f.gpu
+    rank = _rank(s, k, g)
+    t = _xid(s, f.t, k, g, 120, f"pid={c.pid(rank)}, name=python3, GSP task exception: supervisor timer interrupt "
+             "(cause:0x8000000000000005)")
+    end = _cuda_crash(s, f.t + s.jitter(0.1, 0.5), rank, "unspecified launch failure")
+    return _hw_truth("xid120_gsp", f, t, 120, job_end=end, progress_stop=f.t)
+
+
+# ---- application faults that show up as Xids --------------------------------------------------
+
+def _app_xid(s: Script, f: Spec, code: int, text: str, kind: str) -> Fault:
+    c, k, g = s.cluster, f.node, f.gpu
+    rank = _rank(s, k, g)
+    t = _xid(s, f.t, k, g, code, f"pid={c.pid(rank)}, name=python3, {text}")
+    s.kern(f.t + 2_000_000, k, f"NVRM: Xid (PCI:{c.pci(g)}): 43, pid={c.pid(rank)}, name=python3, Ch 00000008")
+    end = _cuda_crash(s, f.t + s.jitter(0.01, 0.2), rank, "an illegal memory access was encountered")
+    return Fault(kind=kind, category="xid", culprit_node=k, culprit_gpu=g, node_fault=False, fault_t=t, decisive_t=t,
+                 actions=USER_ACTIONS, xid=code, job_end=end, progress_stop=f.t)
+
+
+def xid13_app(s: Script, f: Spec) -> Fault:
+    return _app_xid(s, f, 13, "Graphics SM Warp Exception on (GPC 1, TPC 3, SM 0): Out Of Range Address", "xid13_app")
+
+
+def xid31_app(s: Script, f: Spec) -> Fault:
+    return _app_xid(s, f, 31, "channel 0x00000009, intr 00000000. MMU Fault: ENGINE GRAPHICS GPC2 GPCCLIENT_T1_3 "
+                    "faulted @ 0x7f2a_4c000000. Fault is of type FAULT_PDE ACCESS_TYPE_VIRT_READ", "xid31_app")
+
+
+# ---- network ---------------------------------------------------------------------------------
+
+def _ib_completion(s: Script, t: int, rank: int, peer_ip: str, status: int = 12) -> None:
+    port = 40000 + int(s.rng.integers(0, 20000))
+    opcode = int(s.rng.integers(0, 32768))
+    s.nccl(t, rank, f"WARN NET/IB : Got completion from peer {peer_ip}<{port}> with status={status} opcode={opcode} "
+           f"len=0 vendor err 129 (Recv) localGid ::ffff:0.0.0.0 remoteGids::ffff:{peer_ip}")
+    s.nccl(t + 20_000, rank, "INFO transport/net.cc:1302 -> 6")
+    s.nccl(t + 30_000, rank, "INFO proxy.cc:698 -> 6")
+    s.nccl(t + 40_000, rank, "INFO proxy.cc:878 -> 6 [Progress Thread]")
+
+
+def _net_failure(s: Script, f: Spec, t_err: int, culprit: int) -> int:
+    """NCCL on the culprit's ranks and its ring neighbours reports IB completion errors; job dies."""
+    c = s.cluster
+    n = len(c.nodes)
+    neigh = sorted({(culprit - 1) % n, (culprit + 1) % n} - {culprit})
+    for r in c.ranks_of(culprit):
+        _ib_completion(s, t_err + s.jitter(0, 1.5), r, c.ips[neigh[0]] if neigh else c.ips[culprit])
+    for m in neigh:
+        for r in c.ranks_of(m):
+            _ib_completion(s, t_err + s.jitter(0, 1.5), r, c.ips[culprit])
+    end = sc.remote_failure(s, t_err + 2 * NS, set())
+    sc.job_end_lines(s, end + s.jitter(1, 3), "failed")
+    return end + 5 * NS
+
+
+def ib_link_down(s: Script, f: Spec) -> Fault:
+    k = f.node
+    s.kern(f.t - s.jitter(0.5, 3), k, f"mlx5_core {HCA_PCI}: mlx5_port_module_event:1175:(pid 0): Port module event"
+           "[error]: module 0, Cable error, Bad or shorted cable/module")
+    t = s.kern(f.t, k, f"mlx5_core {HCA_PCI} {IB_NETDEV}: Link down")
+    end = _net_failure(s, f, f.t + s.jitter(8, 25), k)
+    return Fault(kind="ib_link_down", category="infiniband_link", culprit_node=k, culprit_gpu=None, node_fault=True,
+                 fault_t=t, decisive_t=t, actions=("drain_node", "requeue_job", "investigate"), job_end=end,
+                 progress_stop=f.t + 8 * NS)
+
+
+def ib_flap(s: Script, f: Spec) -> Fault:
+    k = f.node
+    t = f.t
+    first = None
+    for _ in range(int(s.rng.integers(4, 7))):
+        td = s.kern(t, k, f"mlx5_core {HCA_PCI} {IB_NETDEV}: Link down")
+        first = td if first is None else first
+        t += s.jitter(2, 12)
+        s.kern(t, k, f"mlx5_core {HCA_PCI} {IB_NETDEV}: Link up")
+        t += s.jitter(20, 90)
+    return Fault(kind="ib_flap", category="infiniband_link", culprit_node=k, culprit_gpu=None, node_fault=True,
+                 fault_t=first, decisive_t=first, actions=("drain_node", "investigate", "requeue_job"))
+
+
+def nccl_net_error(s: Script, f: Spec) -> Fault:
+    end = _net_failure(s, f, f.t, f.node)
+    first = min(r[0] for r in s.rows if "Got completion from peer" in r[4])
+    return Fault(kind="nccl_net_error", category="nccl_network_error", culprit_node=f.node, culprit_gpu=None,
+                 node_fault=True, fault_t=f.t, decisive_t=first, actions=("drain_node", "requeue_job", "investigate"),
+                 job_end=end, progress_stop=f.t)
+
+
+# ---- behaviour: hangs and slowness -------------------------------------------------------------
+
+def silent_hang(s: Script, f: Spec) -> Fault:
+    """Every process on one node stops (e.g. stuck in a D-state filesystem call); nothing is logged
+    until the other ranks' 600 s NCCL watchdog fires."""
+    c = s.cluster
+    t_stop = s.timeline.last_end_before(f.t)
+    end = sc.watchdog_cascade(s, t_stop, set(c.ranks_of(f.node)))
+    first = min(r[0] for r in s.rows if "Watchdog caught collective operation timeout" in r[4])
+    sc.job_end_lines(s, end, "failed")
+    return Fault(kind="silent_hang", category="nccl_timeout_hang", culprit_node=f.node, culprit_gpu=None,
+                 node_fault=True, fault_t=t_stop, decisive_t=first, actions=("requeue_job", "drain_node", "investigate"),
+                 job_end=end + 5 * NS, progress_stop=t_stop)
+
+
+def straggler_node(s: Script, f: Spec) -> Fault:
+    c = s.cluster
+    factor = float(s.rng.uniform(1.2, 1.5))
+    ranks = np.array(list(c.ranks_of(f.node)))
+    return Fault(kind="straggler_node", category="straggler", culprit_node=f.node, culprit_gpu=None, node_fault=True,
+                 fault_t=f.t, decisive_t=None, actions=("drain_node", "investigate", "requeue_job"),
+                 slow=[(ranks, f.t, c.end_ns, factor)])
+
+
+def workload_imbalance(s: Script, f: Spec) -> Fault:
+    """Specific ranks on different nodes are slow, and the set shifts: the data, not a node."""
+    c = s.cluster
+    slow = []
+    t = f.t
+    span = 8 * 60 * NS
+    while t < c.end_ns:
+        nodes = s.rng.choice(len(c.nodes), size=min(2, len(c.nodes)), replace=False)
+        ranks = np.array([int(n) * c.gpus_per_node + int(s.rng.integers(0, c.gpus_per_node)) for n in nodes])
+        slow.append((ranks, t, min(t + span, c.end_ns), float(s.rng.uniform(1.2, 1.4))))
+        t += span
+    return Fault(kind="workload_imbalance", category="straggler", culprit_node=None, culprit_gpu=None,
+                 node_fault=False, fault_t=f.t, decisive_t=None, actions=("none", "investigate"),
+                 expect_incident=False, slow=slow)
+
+
+# ---- user / job faults ------------------------------------------------------------------------
+
+def user_exception(s: Script, f: Spec) -> Fault:
+    rank = _rank(s, f.node, f.gpu)
+    frames = [("/workspace/train.py", 212, "<module>", "main()"), ("/workspace/train.py", 188, "main",
+              "batch = collate(samples)"), ("/workspace/data.py", 57, "collate", 'ids = [s["input_ids"] for s in samples]')]
+    t = s.cluster.skew_ns[f.node] + f.t
+    end = _crash(s, f.t, rank, frames, "KeyError: 'input_ids'")
+    return Fault(kind="user_exception", category="software_exception", culprit_node=f.node, culprit_gpu=None,
+                 node_fault=False, fault_t=t, decisive_t=t, actions=USER_ACTIONS, job_end=end, progress_stop=f.t)
+
+
+def gpu_oom(s: Script, f: Spec) -> Fault:
+    rank = _rank(s, f.node, f.gpu)
+    t = s.cluster.skew_ns[f.node] + f.t
+    end = _crash(s, f.t, rank, TRAIN_FRAMES, "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. "
+                 f"GPU {f.gpu} has a total capacity of 79.10 GiB of which 1.23 GiB is free. Including non-PyTorch "
+                 "memory, this process has 77.85 GiB memory in use. Of the allocated memory 75.20 GiB is allocated by "
+                 "PyTorch, and 1.12 GiB is reserved by PyTorch but unallocated. If reserved but unallocated memory is "
+                 "large try setting PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True to avoid fragmentation.  See "
+                 "documentation for Memory Management  (https://pytorch.org/docs/stable/notes/cuda.html#environment-variables)")
+    return Fault(kind="gpu_oom", category="oom_gpu", culprit_node=f.node, culprit_gpu=f.gpu, node_fault=False,
+                 fault_t=t, decisive_t=t, actions=("none", "investigate"), job_end=end, progress_stop=f.t)
+
+
+def host_oom(s: Script, f: Spec) -> Fault:
+    c, k = s.cluster, f.node
+    rank = _rank(s, k, f.gpu)
+    pid = c.pid(rank)
+    job = c.job_id
+    s.kern(f.t - 2_000_000, k, "python3 invoked oom-killer: gfp_mask=0x140cca(GFP_HIGHUSER_MOVABLE|__GFP_COMP), "
+           "order=0, oom_score_adj=0")
+    s.kern(f.t - 1_000_000, k, f"oom-kill:constraint=CONSTRAINT_MEMCG,nodemask=(null),cpuset=/,mems_allowed=0-1,"
+           f"oom_memcg=/slurm/uid_1000/job_{job},task_memcg=/slurm/uid_1000/job_{job}/step_0/task_{rank % c.gpus_per_node},"
+           f"task=python3,pid={pid},uid=1000")
+    t = s.kern(f.t, k, f"Memory cgroup out of memory: Killed process {pid} (python3) total-vm:412345678kB, "
+               "anon-rss:229145312kB, file-rss:1048576kB, shmem-rss:8388608kB, UID:1000 pgtables:461824kB oom_score_adj:0")
+    t2 = sc.child_failed(s, f.t + s.jitter(0.5, 2), rank, -9)
+    msg = f"Detected 1 oom_kill event in StepId={job}.0. Some of the step tasks have been OOM Killed."
+    s.job(t2, k, f"slurmstepd: error: {msg}")
+    s.slurmd(t2, k, f"[{job}.0] error: {msg}")
+    end = sc.remote_failure(s, t2, {k})
+    sc.job_end_lines(s, end + s.jitter(1, 3), "failed")
+    return Fault(kind="host_oom", category="oom_host", culprit_node=k, culprit_gpu=None, node_fault=False, fault_t=t,
+                 decisive_t=t, actions=("none", "investigate", "requeue_job", "cancel_job"), job_end=end + 5 * NS,
+                 progress_stop=f.t)
+
+
+def node_fail(s: Script, f: Spec) -> Fault:
+    """The node dies outright (power/board): its logs just stop; peers and slurmctld notice."""
+    c, k = s.cluster, f.node
+    end = _net_failure(s, f, f.t + s.jitter(15, 40), k)
+    t_nr = s.ctld(f.t + s.jitter(60, 120), f"error: Nodes {c.nodes[k]} not responding")
+    t_down = f.t + s.jitter(300, 330)
+    s.ctld(t_down, f"error: Nodes {c.nodes[k]} not responding, setting DOWN")
+    s.ctld(t_down + 1_000_000, f"Killing JobId={c.job_id} on failed node {c.nodes[k]}")
+    return Fault(kind="node_fail", category="slurm_job_failure", culprit_node=k, culprit_gpu=None, node_fault=True,
+                 fault_t=f.t, decisive_t=t_nr, actions=("drain_node", "requeue_job", "investigate"), job_end=end,
+                 progress_stop=f.t, node_dead=(k, f.t))
+
+
+def healthy(s: Script, f: Spec) -> Fault:
+    return Fault(kind="healthy", category=None, culprit_node=None, culprit_gpu=None, node_fault=False, fault_t=None,
+                 decisive_t=None, actions=("none",), expect_incident=False)
+
+
+# name -> (function, seconds needed after the fault for its lines to play out)
+SCENARIOS: dict[str, tuple[Callable[[Script, Spec], Fault], int]] = {
+    "healthy": (healthy, 0),
+    "xid79_cascade": (xid79_cascade, 660),
+    "xid48_row_remap": (xid48_row_remap, 60),
+    "xid94_contained": (xid94_contained, 60),
+    "xid95_uncontained": (xid95_uncontained, 60),
+    "xid74_nvlink": (xid74_nvlink, 60),
+    "xid149_nvlink5": (xid149_nvlink5, 60),
+    "xid119_gsp": (xid119_gsp, 660),
+    "xid120_gsp": (xid120_gsp, 60),
+    "xid13_app": (xid13_app, 60),
+    "xid31_app": (xid31_app, 60),
+    "ib_link_down": (ib_link_down, 90),
+    "ib_flap": (ib_flap, 600),
+    "nccl_net_error": (nccl_net_error, 60),
+    "silent_hang": (silent_hang, 660),
+    "straggler_node": (straggler_node, 600),
+    "workload_imbalance": (workload_imbalance, 600),
+    "user_exception": (user_exception, 60),
+    "gpu_oom": (gpu_oom, 60),
+    "host_oom": (host_oom, 60),
+    "node_fail": (node_fail, 400),
+}
