@@ -55,6 +55,7 @@ CREATE TABLE IF NOT EXISTS audit (
 );
 CREATE INDEX IF NOT EXISTS audit_kind ON audit(kind);
 CREATE INDEX IF NOT EXISTS audit_action ON audit(action_id);
+CREATE INDEX IF NOT EXISTS audit_incident ON audit(incident_id);
 CREATE TRIGGER IF NOT EXISTS audit_no_update BEFORE UPDATE ON audit
 BEGIN SELECT RAISE(ABORT, 'audit records are append-only'); END;
 CREATE TRIGGER IF NOT EXISTS audit_no_delete BEFORE DELETE ON audit

@@ -96,12 +96,17 @@ class Remediator:
     @classmethod
     def from_options(cls, state_dir: Path, mode: str = "monitor", policy_file: Path | None = None,
                      runner: CommandRunner | None = None, clock: Callable[[], float] | None = None,
-                     **policy_overrides: Any) -> Remediator:
+                     reconcile: bool = True, **policy_overrides: Any) -> Remediator:
+        """Open (or create) the state dir's audit database, load the policy (``mode`` and
+        ``policy_overrides`` such as ``cluster_nodes=4`` win over the file), record a ``config``
+        record, and reconcile intents left without a result by an earlier crash."""
         clock = clock or time.time
         config = load_policy(policy_file, mode=mode, **policy_overrides)
         audit = AuditLog.open(Path(state_dir), clock=clock)
         rem = cls(audit, config, SlurmExecutor(runner), clock)
         audit.append("config", {"policy": config.to_dict(), "policy_file": str(policy_file) if policy_file else None})
+        if reconcile and rem._rows("status = 'running'"):
+            rem.reconcile()
         return rem
 
     def close(self) -> None:
@@ -280,7 +285,10 @@ class Remediator:
 
     # ------------------------------------------------------------------ execution
     def process_queue(self, *, ignore_backoff: bool = False) -> list[dict[str, Any]]:
-        """Run every queued action whose backoff has passed. Returns the rows it ran."""
+        """Run every queued action whose backoff has passed (never in monitor mode, which changes
+        nothing on the cluster: queued actions wait for a mode that may act). Returns the rows it ran."""
+        if self.config.mode == "monitor":
+            return []
         now = self.clock()
         ran = []
         for row in self._rows("status = 'queued'"):

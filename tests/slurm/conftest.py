@@ -1,0 +1,198 @@
+"""A real Slurm 22.05 cluster for the remediation tests (one per session).
+
+``scripts/slurm/start-test-cluster.sh --fresh /tmp/rl-slurm-XXXX`` starts munged, mariadbd,
+slurmdbd, slurmctld and 4 slurmd (gpu-n01..04, 8 fake h100 each) on a free port base; the
+session stops it and deletes the state dir at the end. Tests marked ``slurm`` get it through
+the ``cluster`` fixture; every such test leaves the cluster clean (jobs cancelled, every
+drained node resumed) for the next one.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import tempfile
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from recovery_logs.model import ActionProposal, Evidence, Incident
+from recovery_logs.sources.slurm import CommandResult, SubprocessRunner, expand_hostlist, parse_scontrol
+
+ROOT = Path(__file__).resolve().parents[2]
+START = ROOT / "scripts" / "slurm" / "start-test-cluster.sh"
+STOP = ROOT / "scripts" / "slurm" / "stop-test-cluster.sh"
+NODES = ("gpu-n01", "gpu-n02", "gpu-n03", "gpu-n04")
+
+
+def _ports_free(base: int) -> bool:
+    for off in (6, 17, 19, 101, 102, 103, 104):
+        with socket.socket() as s:
+            if s.connect_ex(("127.0.0.1", base + off)) == 0:
+                return False
+    return True
+
+
+@dataclass
+class Cluster:
+    state: Path
+    conf: str
+
+    @property
+    def env(self) -> dict[str, str]:
+        return {**os.environ, "SLURM_CONF": self.conf}
+
+    def run(self, *argv: str, check: bool = True) -> subprocess.CompletedProcess:
+        return subprocess.run(list(argv), env=self.env, capture_output=True, text=True, timeout=60, check=check)
+
+    def runner(self) -> SubprocessRunner:
+        return SubprocessRunner(self.conf)
+
+    def submit(self, *args: str, wrap: str = "srun sleep 300") -> str:
+        return self.run("sbatch", "--parsable", "-o", "/dev/null", *args, "--wrap", wrap).stdout.strip().split(";")[0]
+
+    def job(self, job_id: str) -> dict[str, str]:
+        return parse_scontrol(self.run("scontrol", "show", "job", "-o", job_id).stdout)
+
+    def node(self, name: str) -> dict[str, str]:
+        return parse_scontrol(self.run("scontrol", "show", "node", "-o", name).stdout)
+
+    def wait(self, what: str, pred: Callable[[], bool], timeout: float = 30.0) -> None:
+        deadline = time.monotonic() + timeout
+        while not pred():
+            if time.monotonic() > deadline:
+                raise AssertionError(f"timed out after {timeout:g} s waiting for {what}")
+            time.sleep(0.2)
+
+    def wait_running(self, job_id: str) -> list[str]:
+        self.wait(f"job {job_id} RUNNING", lambda: self.job(job_id).get("JobState") == "RUNNING")
+        return expand_hostlist(self.job(job_id)["NodeList"])
+
+    def ctld_pid(self) -> int:
+        return int((self.state / "run" / "slurmctld.pid").read_text().strip())
+
+    def stop_ctld(self) -> None:
+        pid = self.ctld_pid()
+        os.kill(pid, 15)
+        self.wait("slurmctld to exit", lambda: not Path(f"/proc/{pid}").exists()
+                  or Path(f"/proc/{pid}/stat").read_text().split(") ")[1].startswith("Z"), timeout=20)
+
+    def start(self) -> None:
+        subprocess.run([str(START), str(self.state)], env=self.env, capture_output=True, text=True, timeout=120,
+                       check=True)
+
+    def clean(self) -> None:
+        """Cancel every job and resume every drained/down node."""
+        jobs = self.run("squeue", "-h", "-o", "%A").stdout.split()
+        if jobs:
+            self.run("scancel", *jobs, check=False)
+            self.wait("jobs to end", lambda: not self.run(
+                "squeue", "-h", "-t", "pending,running,completing,configuring,suspended", "-o", "%A").stdout.split(),
+                timeout=30)
+        for n in NODES:
+            kv = self.node(n)
+            if "DRAIN" in kv.get("State", "") or kv.get("State", "").startswith("DOWN"):
+                self.run("scontrol", "update", f"NodeName={n}", "State=RESUME", check=False)
+        self.wait("nodes idle", lambda: all(
+            not any(f in self.node(n).get("State", "") for f in ("DRAIN", "DOWN", "COMPLETING")) for n in NODES))
+
+
+@pytest.fixture(scope="session")
+def slurm_cluster():
+    if os.geteuid() != 0:
+        pytest.skip("the test Slurm cluster needs root")
+    state = Path(tempfile.mkdtemp(prefix="rl-slurm-", dir="/tmp"))
+    base = next((b for b in range(18000, 30000, 200) if _ports_free(b)), None)
+    if base is None:
+        pytest.skip("no free port range for the test cluster")
+    env = {**os.environ, "SLURM_TEST_PORT_BASE": str(base)}
+    t0 = time.monotonic()
+    p = subprocess.run([str(START), "--fresh", str(state)], env=env, capture_output=True, text=True, timeout=600)
+    if p.returncode != 0:
+        shutil.rmtree(state, ignore_errors=True)
+        raise RuntimeError(f"start-test-cluster.sh failed (rc {p.returncode}):\n{p.stderr[-3000:]}")
+    cluster = Cluster(state, p.stdout.strip().splitlines()[-1])
+    print(f"\n[slurm] cluster up in {time.monotonic() - t0:.1f} s at {state} (port base {base})")
+    yield cluster
+    subprocess.run([str(STOP), "--purge", str(state)], capture_output=True, text=True, timeout=120)
+
+
+@pytest.fixture
+def cluster(slurm_cluster: Cluster):
+    slurm_cluster.clean()
+    yield slurm_cluster
+    slurm_cluster.clean()
+
+
+class RecordingRunner:
+    """A real runner that remembers every command and can call a hook after each one."""
+
+    MUTATING = ("update", "requeue", "requeuehold", "release", "hold")
+
+    def __init__(self, inner, after: Callable[[CommandResult], None] | None = None) -> None:
+        self.inner = inner
+        self.after = after
+        self.calls: list[tuple[str, ...]] = []
+
+    def run(self, argv: Sequence[str], timeout_s: float) -> CommandResult:
+        res = self.inner.run(argv, timeout_s)
+        self.calls.append(tuple(argv))
+        if self.after is not None:
+            self.after(res)
+        return res
+
+    def mutating(self) -> list[tuple[str, ...]]:
+        return [c for c in self.calls if c[0] == "scancel"
+                or (c[0] == "scontrol" and len(c) > 1 and c[1] in self.MUTATING)]
+
+
+@pytest.fixture
+def recording():
+    return RecordingRunner
+
+
+def make_incident(inc_id: str, node: str | None, job_id: str | None, *, kinds: Sequence[str] = ("drain", "requeue"),
+                  cause: str = "XID 79 GPU has fallen off the bus", severity: str = "critical",
+                  confidence: float = 0.9, t_ns: int = 1_795_000_000_000_000_000) -> Incident:
+    acts = []
+    for k in kinds:
+        if k == "drain":
+            acts.append(ActionProposal("drain_node", node, "record_only", cause, inc_id))
+        elif k == "requeue":
+            acts.append(ActionProposal("requeue_job", job_id, "record_only", cause, inc_id,
+                                       (node,) if node else ()))
+        elif k == "cancel":
+            acts.append(ActionProposal("cancel_job", job_id, "record_only", cause, inc_id))
+        elif k == "investigate":
+            acts.append(ActionProposal("investigate", node, "record_only", cause, inc_id))
+    return Incident(id=inc_id, category="xid", cause=cause, severity=severity, node=node, gpu=3, job_id=job_id,
+                    xid=79, confidence=confidence, first_seen=t_ns, last_seen=t_ns + 5 * 10**9,
+                    detected_at=t_ns + 2 * 10**9, count=3, nodes=(node,) if node else (),
+                    evidence=(Evidence(t_ns, node, f"NVRM: Xid (PCI:0000:cb:00): 79, {cause}", "xid.79"),),
+                    candidates=(), actions=tuple(acts))
+
+
+@pytest.fixture
+def incident():
+    return make_incident
+
+
+class FakeClock:
+    def __init__(self, t: float = 1_795_000_000.0) -> None:
+        self.t = t
+
+    def __call__(self) -> float:
+        return self.t
+
+    def advance(self, s: float) -> None:
+        self.t += s
+
+
+@pytest.fixture
+def clock():
+    return FakeClock()
