@@ -77,10 +77,12 @@ EVIDENCE_FRAME_SCHEMA: dict[str, pl.DataType] = {
 """One row per evidence line; ``logsql`` fetches the same line from VictoriaLogs."""
 
 ACTION_FRAME_SCHEMA: dict[str, pl.DataType] = {
-    "incident_id": pl.String, "time": TIME, "root_rule": pl.String, "category": pl.String, "kind": pl.String,
-    "target": pl.String, "decision": pl.String, "reason": pl.String, "exclude": LIST_STR,
+    "incident_id": pl.String, "time": TIME, "root_rule": pl.String, "category": pl.String, "node": pl.String,
+    "job_id": pl.String, "kind": pl.String, "target": pl.String, "decision": pl.String, "reason": pl.String,
+    "exclude": LIST_STR,
 }
-"""One row per proposed action; ``time`` is the incident's ``detected_at`` (when it was proposable)."""
+"""One row per proposed action; ``time`` is the incident's ``detected_at`` (when it was proposable);
+``node`` / ``job_id`` are the incident's culprit node and job."""
 
 AUDIT_FRAME_SCHEMA: dict[str, pl.DataType] = {
     "id": pl.Int64, "time": TIME, "kind": pl.String, "incident_id": pl.String, "action_id": pl.String,
@@ -330,7 +332,8 @@ def actions_frame(source: Any) -> pl.DataFrame:
         rr = root_rule(d)
         for a in d.get("actions") or []:
             rows.append({"incident_id": d["id"], "time": _t(d.get("detected_at")), "root_rule": rr,
-                         "category": d.get("category"), "kind": a.get("kind"), "target": a.get("target"),
+                         "category": d.get("category"), "node": d.get("node"), "job_id": d.get("job_id"),
+                         "kind": a.get("kind"), "target": a.get("target"),
                          "decision": a.get("decision"), "reason": a.get("reason"),
                          "exclude": list(a.get("exclude") or [])})
     return _frame(rows, ACTION_FRAME_SCHEMA)
