@@ -59,7 +59,7 @@ class IncidentView:
         meta.add_row("first seen", _t(i.first_seen))
         meta.add_row("detected at", f"{_t(i.detected_at)}  (+{(i.detected_at - i.first_seen) / 1e9:.3f} s)")
         meta.add_row("lines", f"{i.count} across {len(i.nodes)} node(s)")
-        meta.add_row("actions", _actions(i) + "  [record only]" if i.actions and
+        meta.add_row("actions", _actions(i) + "  (record only)" if i.actions and
                      all(a.decision == "record_only" for a in i.actions) else _actions(i))
         cand = Table(show_header=True, header_style="bold", box=None, pad_edge=False)
         cand.add_column("candidate")

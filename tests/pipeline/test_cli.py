@@ -1,0 +1,59 @@
+"""The replay/demo CLI: output contract, clear errors and exit codes."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from recovery_logs.cli import main
+
+INCIDENTS = Path(__file__).resolve().parents[2] / "recovery_logs" / "data" / "incidents"
+INCIDENT_KEYS = {"id", "category", "cause", "severity", "node", "gpu", "job_id", "xid", "confidence", "first_seen",
+                 "detected_at", "evidence", "candidates", "actions"}
+
+
+def test_replay_json_follows_the_output_contract(capsys):
+    assert main(["replay", str(INCIDENTS / "xid79_nccl_cascade"), "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert {"events", "malformed", "incidents"} <= set(out["summary"])
+    assert out["summary"]["incidents"] == len(out["incidents"]) >= 1
+    inc = out["incidents"][0]
+    assert INCIDENT_KEYS <= set(inc)
+    assert {"time", "node", "message"} <= set(inc["evidence"][0])
+    assert {"node", "cause", "score"} <= set(inc["candidates"][0])
+    assert {"kind", "target", "decision", "reason"} <= set(inc["actions"][0])
+    assert all(a["decision"] == "record_only" for i in out["incidents"] for a in i["actions"])
+    assert inc["first_seen"].endswith("Z") and len(inc["first_seen"].split(".")[1]) == 10
+
+
+def test_missing_file_is_a_clear_input_error(tmp_path, capsys):
+    missing = tmp_path / "nope.log"
+    assert main(["replay", str(missing)]) == 4
+    err = capsys.readouterr().err
+    assert "InputError" in err and str(missing) in err
+
+
+def test_no_events_at_all_names_the_input(tmp_path, capsys):
+    bad = tmp_path / "export.jsonl"
+    bad.write_text('{"_msg": "no time"\n{not json}\n')
+    code = main(["replay", str(bad), "--format", "vl-jsonl"])
+    assert code == 4
+    assert "export.jsonl" in capsys.readouterr().err
+
+
+def test_unknown_format_and_nothing_to_replay(capsys):
+    assert main(["replay", str(INCIDENTS / "healthy"), "--format", "bogus"]) == 2
+    assert "unknown --format" in capsys.readouterr().err
+    assert main(["replay"]) == 2
+    assert "nothing to replay" in capsys.readouterr().err
+
+
+def test_demo_lists_and_replays_bundled_incidents(capsys):
+    assert main(["demo", "--list"]) == 0
+    names = [line.split()[0] for line in capsys.readouterr().out.splitlines()]
+    assert {"xid79_nccl_cascade", "xid48_row_remap", "ib_link_down", "user_exception", "gpu_oom",
+            "healthy"} <= set(names)
+    assert main(["demo", "--width", "120"]) == 0
+    out = capsys.readouterr().out
+    assert "gpu-n02" in out and "drain_node" in out and "(record only)" in out
+    assert main(["demo", "nosuch"]) == 2
