@@ -83,3 +83,11 @@ def test_gpu_lost_is_a_draining_cause(pack, fake, gpus, clock):
     gpus[1].lost = None
     assert findings(pack, agent.poll_once()) == [
         ("nvml.gpu_answering", "xid", "info", "none", 1, "0000:cb:00", None)]
+
+
+def test_reset_required_asks_for_a_gpu_reset(pack, fake, gpus, clock):
+    agent = NvmlAgent(fake, host="n", clock=clock)
+    agent.poll_once()
+    gpus[0].lost = pynvml.NVMLError_ResetRequired()
+    assert findings(pack, agent.poll_once()) == [
+        ("nvml.gpu_reset_required", "xid", "cause", "reset_gpu", 0, "0000:1b:00", None)]
