@@ -89,7 +89,8 @@ def register(app: typer.Typer) -> None:
                 raise ConfigError("give either PATHs or --source, not both")
             if not (start and end):
                 raise ConfigError("--source needs --start and --end")
-            from recovery_logs.sources.victorialogs import history_batches, parse_url
+            from recovery_logs.sources.tail import history_batches
+            from recovery_logs.sources.victorialogs import parse_url
             from recovery_logs.timeutil import iso_to_ns
 
             batches = history_batches(parse_url(source), query, iso_to_ns(start), iso_to_ns(end), opts)
