@@ -44,7 +44,8 @@ from recovery_logs.schema import HARDWARE_CATEGORIES, TIME
 
 __all__ = ["FAILED_JOB_STATES", "GRADE_SCHEMA", "OUTCOME_SCHEMA", "PRECISION_SCHEMA", "PROPOSAL_SCHEMA",
            "PromotionGate", "gate_verdict", "grade_proposals", "outcomes_from_audit", "outcomes_from_incidents",
-           "outcomes_from_jobs", "proposals_from_audit", "rule_precision"]
+           "outcomes_from_jobs", "precision_renderable", "proposals_from_audit", "grading_from_state",
+           "rule_precision"]
 
 NS = 1_000_000_000
 FAILED_JOB_STATES = frozenset({"FAILED", "NODE_FAIL", "TIMEOUT", "OUT_OF_MEMORY", "BOOT_FAIL", "CANCELLED"})
@@ -287,3 +288,41 @@ def gate_verdict(verdict: Any, rule_id: str, gate: PromotionGate | None, grades:
     if gate.allows(rule_id, g):
         return verdict
     return replace(verdict, decision="proposed", reason=f"promotion gate: {gate.explain(rule_id, g)}")
+
+
+# ---------------------------------------------------------------------------- from a state dir
+def grading_from_state(state_dir: Any, later: Any = (), gate: PromotionGate | None = None,
+                       horizon_s: float = 7 * 86400.0) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """Grades and the gate table for the proposals in a state dir's audit trail.
+
+    Outcomes: approvals/rejections and later hardware incidents recorded there (``detection``
+    records), plus the incidents of a replay of ``later`` log paths when given.
+    Returns ``(grade_proposals frame, PromotionGate.table frame)``.
+    """
+    import json as _json
+
+    from recovery_logs import api
+
+    audit = api.load_audit(state_dir)
+    props = proposals_from_audit(audit)
+    detected = [_json.loads(p) for p in audit.filter(pl.col("kind") == "detection")["payload"].to_list()]
+    outs = [outcomes_from_audit(audit), outcomes_from_incidents(api.incidents_frame(detected))]
+    if later:
+        outs.append(outcomes_from_incidents(api.incidents_frame(api.replay_incident(list(later)))))
+    grades = grade_proposals(props, pl.concat(outs), horizon_s=horizon_s)
+    return grades, (gate or PromotionGate()).table(rule_precision(grades))
+
+
+def precision_renderable(table: pl.DataFrame, gate: PromotionGate) -> Any:
+    """A rich table of ``PromotionGate.table`` output (for ``grade`` and the console)."""
+    from rich.table import Table
+
+    t = Table(title=f"self-grading: rules act alone at precision >= {gate.min_precision:.2f} over "
+                    f">= {gate.min_incidents} incidents", header_style="bold")
+    for c in ("rule", "proposals", "right", "wrong", "unknown", "incidents", "precision", "gate"):
+        t.add_column(c, justify="left" if c in ("rule", "gate") else "right")
+    for r in table.iter_rows(named=True):
+        p = "-" if r["precision"] is None else f"{r['precision']:.2f}"
+        t.add_row(r["root_rule"], str(r["proposals"]), str(r["right"]), str(r["wrong"]), str(r["unknown"]),
+                  str(r["graded_incidents"]), p, "promoted" if r.get("promoted") else "held")
+    return t
