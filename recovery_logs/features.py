@@ -35,8 +35,10 @@ FINDING_FEATURES = CATEGORY_FEATURES + [
 # Scale-free finding features (comparable across jobs of different size and speed): the default model's.
 MODEL_FEATURES = CATEGORY_FEATURES + [
     "n_findings", "n_rules", "n_cause", "n_symptom", "progress_ratio",
-    "step_time_tail", "step_time_cv", "step_time_ratio", "step_time_rel_job",
+    "step_time_tail", "step_time_cv", "step_time_ratio", "step_time_rel_job", "log_rate_dev",
 ]
+# What the pipeline's AnomalyDetector can compute: findings plus the windows frame's line counts.
+PIPELINE_FEATURES = FINDING_FEATURES + ["n_events", "log_rate", "log_rate_dev"]
 EVENT_FEATURES = [
     "n_events", "log_rate", "log_rate_dev", "n_templates", "new_templates", "new_template_frac",
     "nvml_temp_max", "nvml_power_mean", "nvml_samples",
@@ -127,6 +129,35 @@ def event_features(events: pl.DataFrame, window: str | float = "60s", baseline_w
     return _finish(df, EVENT_FEATURES)
 
 
+def line_features(windows: pl.DataFrame, window: str | float = "60s", baseline_windows: int = 30) -> pl.DataFrame:
+    """From the pipeline's windows frame (``host, job_id, window_start, lines``): n_events, log_rate,
+    log_rate_dev per (host, job_id, window_start) of ``window`` (its windows must divide ``window``)."""
+    wn = window_ns(window)
+    if windows.is_empty() or "lines" not in windows.columns:
+        return pl.DataFrame(schema={"host": pl.String, "job_id": pl.String, "window_start": TIME,
+                                    "n_events": pl.Float64, "log_rate": pl.Float64, "log_rate_dev": pl.Float64})
+    w = windows.select("host", "job_id", pl.col("window_start").alias("time"), "lines").with_columns(_bucket(wn))
+    df = w.group_by(["host", "job_id", "_w"]).agg(pl.col("lines").sum().cast(pl.Float64).alias("n_events"))
+    df = df.with_columns((pl.col("n_events") / (wn / _NS)).alias("log_rate"))
+    df = _baseline_ratio(df.sort(["host", "job_id", "_w"], nulls_last=True), "log_rate", "log_rate_dev",
+                         baseline_windows, log_diff=True)
+    return _finish(df, ["n_events", "log_rate", "log_rate_dev"])
+
+
+def pipeline_features(findings: pl.DataFrame, windows: pl.DataFrame, window: str | float = "60s",
+                      baseline_windows: int = 30) -> pl.DataFrame:
+    """PIPELINE_FEATURES per (host, job_id, window_start): what the AnomalyDetector scores and what
+    the default model is trained on (one function for both, so training and detection agree)."""
+    ff = finding_features(findings, window, baseline_windows)
+    lf = line_features(windows, window, baseline_windows)
+    keys = pl.concat([ff.select(KEYS), lf.select(KEYS)]).unique()
+    df = keys.join(ff, on=KEYS, how="left", nulls_equal=True).join(lf, on=KEYS, how="left", nulls_equal=True)
+    df = df.with_columns(pl.col(PIPELINE_FEATURES).fill_null(0.0)).with_columns(
+        [pl.when(pl.col("n_progress") == 0).then(1.0).otherwise(pl.col(c)).alias(c)
+         for c in ("step_time_ratio", "step_time_rel_job", "step_time_tail", "progress_ratio")])
+    return df.select(KEYS + PIPELINE_FEATURES).sort(KEYS, nulls_last=True)
+
+
 def window_features(events: pl.DataFrame | None, findings: pl.DataFrame, window: str | float = "60s",
                     baseline_windows: int = 30) -> pl.DataFrame:
     """Per (host, job_id, window_start) features: FINDING_FEATURES, plus EVENT_FEATURES when
@@ -149,5 +180,6 @@ def _finish(df: pl.DataFrame, cols: list[str]) -> pl.DataFrame:
     return df.select(KEYS + cols).sort(KEYS, nulls_last=True)
 
 
-__all__ = ["ALL_FEATURES", "CATEGORY_FEATURES", "EVENT_FEATURES", "FINDING_FEATURES", "KEYS", "MODEL_FEATURES", "event_features",
+__all__ = ["ALL_FEATURES", "CATEGORY_FEATURES", "EVENT_FEATURES", "FINDING_FEATURES", "KEYS", "MODEL_FEATURES", "PIPELINE_FEATURES", "event_features",
+           "line_features", "pipeline_features",
            "finding_features", "window_features", "window_ns"]

@@ -6,8 +6,9 @@ anomaly score of Liu et al. (2008), ``s = 2^(-E[h(x)]/c(n))`` in (0, 1] — *hig
 anomalous*; it is the negation of scikit-learn's ``IsolationForest.score_samples``. A window is
 anomalous when ``s >= threshold_``, the ``1 - contamination`` quantile of the training scores.
 
-``AnomalyDetector`` (the Detector protocol) scores complete windows of finding features
-(``recovery_logs.features.finding_features``) up to the watermark and emits category
+``AnomalyDetector`` (the Detector protocol) scores complete windows of
+``recovery_logs.features.pipeline_features`` (findings + the windows frame's line counts) up to
+the watermark and emits category
 ``anomaly`` findings, action ``investigate`` — anomalies never drain a node on their own. A
 window that already holds a rule ``cause`` finding gets role ``info`` (supporting evidence);
 otherwise role ``cause`` (it can raise an ``anomaly`` incident).
@@ -27,7 +28,7 @@ from sklearn.ensemble import IsolationForest
 
 from recovery_logs.detectors.base import DetectContext, synthetic_findings, upto
 from recovery_logs.errors import ModelError, TrainingDataError
-from recovery_logs.features import FINDING_FEATURES, finding_features, window_ns
+from recovery_logs.features import PIPELINE_FEATURES, pipeline_features, window_ns
 from recovery_logs.modelio import load_artifact, save_artifact
 from recovery_logs.schema import empty_findings
 from recovery_logs.timeutil import ns_to_iso
@@ -180,10 +181,11 @@ class AnomalyDetector:
 
     def __post_init__(self) -> None:
         self.model._check_fitted()
-        missing = [f for f in self.model.features_ if f not in FINDING_FEATURES]
+        missing = [f for f in self.model.features_ if f not in PIPELINE_FEATURES]
         if missing:
-            raise ModelError("anomaly detector: the model needs features the pipeline cannot compute from findings "
-                             "(train it with --features from FINDING_FEATURES)", model=self.model_name, missing=missing)
+            raise ModelError("anomaly detector: the model needs features the pipeline cannot compute "
+                             "(train it with --features from features.PIPELINE_FEATURES)", model=self.model_name,
+                             missing=missing)
 
     @classmethod
     def default(cls, models_dir: str | Path | None = None, name: str = DEFAULT_MODEL_NAME) -> AnomalyDetector:
@@ -193,7 +195,10 @@ class AnomalyDetector:
     def detect(self, findings: pl.DataFrame, windows: pl.DataFrame, ctx: DetectContext) -> pl.DataFrame:
         wn = window_ns(self.window)
         f = upto(findings, ctx.watermark_ns)
-        feats = finding_features(f, self.window)
+        w = windows
+        if not w.is_empty() and "window_start" in w.columns:
+            w = w.filter(pl.col("window_start").dt.epoch("ns") <= ctx.watermark_ns)
+        feats = pipeline_features(f, w, self.window)
         feats = feats.filter(pl.col("window_start").dt.epoch("ns") + wn <= ctx.watermark_ns)
         if feats.is_empty():
             return empty_findings()

@@ -1,0 +1,288 @@
+"""Training data and evaluation for the behavioural detectors, on simulator output.
+
+* ``scenario_dirs(root)`` — directories holding a ``truth.json`` (root itself or its children).
+* ``replay_rules(path)`` — rule findings and the windows frame of one scenario (engine with no
+  behavioural detectors, so each detector can be run and scored on its own).
+* ``training_frame(paths, window)`` — ``features.pipeline_features`` rows from scenario dirs,
+  log dirs, or Parquet files (feature frames or findings frames).
+* ``evaluate(root, ...)`` — per scenario and in total, for the hang, straggler and anomaly
+  detectors: precision / recall, culprit accuracy, detection latency and, for hangs, lead time
+  over the NCCL watchdog (the first watchdog line the scenario logs).
+* ``inject_novel_fault(src, dst, ...)`` — copies a scenario and adds a burst of log lines that no
+  rule covers (a Lustre client error storm) on one node, for the isolation forest's novel-fault
+  evaluation (``evaluate_novel``).
+
+Numbers are event-time seconds. Nothing here prints; the CLI (``train``) and benchmarks do.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import polars as pl
+
+from recovery_logs.detectors.base import DetectContext
+from recovery_logs.errors import InputError, TrainingDataError
+from recovery_logs.features import KEYS, PIPELINE_FEATURES, pipeline_features, window_ns
+from recovery_logs.schema import FINDING_SCHEMA
+from recovery_logs.timeutil import iso_to_ns, ns_to_iso
+
+TRUTH = "truth.json"
+_NS = 1_000_000_000
+
+
+def scenario_dirs(root: str | Path) -> list[Path]:
+    r = Path(root)
+    if (r / TRUTH).is_file():
+        return [r]
+    return sorted(p for p in r.iterdir() if p.is_dir() and (p / TRUTH).is_file()) if r.is_dir() else []
+
+
+@dataclass
+class Replayed:
+    path: Path
+    findings: pl.DataFrame
+    windows: pl.DataFrame
+    truth: dict[str, Any] | None
+    watermark_ns: int
+
+
+def replay_rules(path: str | Path) -> Replayed:
+    """Rule findings + windows of one log directory (no behavioural detectors run)."""
+    from recovery_logs.config import EngineConfig
+    from recovery_logs.pipeline import Engine, replay
+
+    p = Path(path)
+    eng = Engine(EngineConfig(), detectors=[])
+    res = replay([p], engine=eng)
+    truth = None
+    if (p / TRUTH).is_file():
+        try:
+            truth = json.loads((p / TRUTH).read_text())
+        except ValueError as exc:
+            raise InputError("evaluation: truth.json is not valid JSON", path=str(p / TRUTH)) from exc
+    return Replayed(p, res.engine.findings, res.engine.windows, truth, int(res.engine.max_time_ns or 0))
+
+
+def training_frame(paths: list[str | Path], window: str = "60s") -> pl.DataFrame:
+    """Feature rows (``KEYS + PIPELINE_FEATURES`` plus ``source``) from every path given."""
+    frames = []
+    for raw in paths:
+        p = Path(raw)
+        if not p.exists():
+            raise TrainingDataError("train: data path does not exist", path=str(p))
+        if p.is_file() and p.suffix == ".parquet":
+            df = pl.read_parquet(p)
+            if set(FINDING_SCHEMA) <= set(df.columns):
+                df = pipeline_features(df.select(list(FINDING_SCHEMA)), pl.DataFrame(), window)
+            frames.append(df.with_columns(pl.lit(str(p)).alias("source")))
+            continue
+        dirs = scenario_dirs(p) or [p]
+        for d in dirs:
+            r = replay_rules(d)
+            frames.append(pipeline_features(r.findings, r.windows, window).with_columns(pl.lit(str(d)).alias("source")))
+    if not frames:
+        raise TrainingDataError("train: no training data found", paths=[str(p) for p in paths])
+    return pl.concat(frames, how="diagonal_relaxed")
+
+
+# -- evaluation ---------------------------------------------------------------------------------
+
+def _t(iso: str | None) -> int | None:
+    return None if not iso else iso_to_ns(iso)
+
+
+def _first_watchdog(findings: pl.DataFrame) -> int | None:
+    w = findings.filter(pl.col("message").str.contains("Watchdog caught collective operation timeout", literal=True))
+    return None if w.is_empty() else int(w["time"].dt.epoch("ns").min())
+
+
+def _score(tp: int, fp: int, fn: int) -> dict[str, Any]:
+    prec = tp / (tp + fp) if tp + fp else None
+    rec = tp / (tp + fn) if tp + fn else None
+    return {"tp": tp, "fp": fp, "fn": fn, "precision": prec, "recall": rec}
+
+
+def evaluate(root: str | Path, anomaly: Any = None, window: str = "60s") -> dict[str, Any]:
+    """Score HangDetector, StragglerDetector and (if given) an AnomalyDetector on every scenario."""
+    from recovery_logs.detectors.hangs import HangDetector
+    from recovery_logs.detectors.stragglers import StragglerDetector
+
+    hang, strag = HangDetector(), StragglerDetector()
+    rows = []
+    c = {k: [0, 0, 0] for k in ("hang", "straggler", "anomaly")}
+    culprit_ok = {"hang": [0, 0], "straggler": [0, 0], "anomaly": [0, 0]}
+    latency: dict[str, list[float]] = {"hang": [], "straggler": [], "anomaly": []}
+    leads: list[float] = []
+    for d in scenario_dirs(root):
+        r = replay_rules(d)
+        truth = r.truth or {}
+        ctx = DetectContext(r.watermark_ns)
+        kind, culprit = truth.get("fault_kind"), truth.get("culprit_node")
+        fault_t = _t(truth.get("fault_time"))
+        row: dict[str, Any] = {"scenario": d.name, "fault_kind": kind, "culprit": culprit}
+        # hangs
+        h = hang.detect(r.findings, r.windows, ctx)
+        want = kind == "silent_hang"
+        got = h.height > 0
+        if got or want:
+            c["hang"][0 if (want and got) else 1 if got else 2] += 1
+        if want and got:
+            culprit_ok["hang"][1] += 1
+            culprit_ok["hang"][0] += int(culprit in h["host"].to_list())
+            t_det = int(h["time"].dt.epoch("ns").min())
+            wd = _first_watchdog(r.findings)
+            if fault_t is not None:
+                latency["hang"].append((t_det - fault_t) / _NS)
+            if wd is not None:
+                leads.append((wd - t_det) / _NS)
+                row["hang_lead_over_watchdog_s"] = round((wd - t_det) / _NS, 1)
+        row["hang_findings"] = h.height
+        # stragglers
+        s = strag.detect(r.findings, r.windows, ctx)
+        drains = s.filter(pl.col("action") == "drain_node_and_requeue")
+        want = kind == "straggler_node"
+        got = drains.height > 0
+        if want and got:
+            c["straggler"][0] += 1
+            culprit_ok["straggler"][1] += 1
+            culprit_ok["straggler"][0] += int(culprit in drains["host"].to_list())
+            if fault_t is not None:
+                latency["straggler"].append((int(drains["time"].dt.epoch("ns").min()) - fault_t) / _NS)
+        elif got:
+            c["straggler"][1] += 1
+        elif want:
+            c["straggler"][2] += 1
+        row["straggler_drains"] = drains["host"].to_list()
+        row["straggler_imbalance"] = s.height - drains.height
+        # anomaly
+        if anomaly is not None:
+            a = anomaly.detect(r.findings, r.windows, ctx)
+            novel = a.filter(pl.col("role") == "cause")
+            want = bool(truth.get("expect_incident")) and culprit is not None
+            got = novel.height > 0
+            if want and got:
+                c["anomaly"][0] += 1
+                culprit_ok["anomaly"][1] += 1
+                after = novel.filter(pl.col("time").dt.epoch("ns") >= (fault_t or 0))
+                culprit_ok["anomaly"][0] += int(culprit in after["host"].to_list())
+                if fault_t is not None and after.height:
+                    latency["anomaly"].append((int(after["time"].dt.epoch("ns").min()) - fault_t) / _NS)
+            elif got:
+                c["anomaly"][1] += 1
+            elif want:
+                c["anomaly"][2] += 1
+            row["anomaly_windows"] = a.height
+            row["anomaly_novel_windows"] = novel.height
+        rows.append(row)
+    summary: dict[str, Any] = {}
+    for k, (tp, fp, fn) in c.items():
+        if k == "anomaly" and anomaly is None:
+            continue
+        summary[k] = _score(tp, fp, fn)
+        if k in culprit_ok:
+            ok, n = culprit_ok[k]
+            summary[k]["culprit_accuracy"] = ok / n if n else None
+        summary[k]["mean_latency_s"] = float(np.mean(latency[k])) if latency[k] else None
+    summary["hang"]["mean_lead_over_watchdog_s"] = float(np.mean(leads)) if leads else None
+    return {"scenarios": rows, "summary": summary}
+
+
+# -- novel faults -------------------------------------------------------------------------------
+
+NOVEL_TEMPLATES = (
+    "LustreError: 11-0: scratch-OST{o:04x}-osc-ffff9a{h:06x}: operation ost_write to node 10.{a}.0.{b}@o2ib failed: rc = -107",
+    "Lustre: scratch-OST{o:04x}-osc-ffff9a{h:06x}: Connection to scratch-OST{o:04x} (at 10.{a}.0.{b}@o2ib) was lost; in progress operations using this service will wait for recovery to complete",
+    "LustreError: {p}:0:(client.c:1174:ptlrpc_import_delay_req()) @@@ IMP_INVALID  req@ffff9a{h:06x} x{p}/t0(0) o4->scratch-OST{o:04x}-osc",
+)
+
+
+def inject_novel_fault(src: str | Path, dst: str | Path, node: str | None = None, at_s: float = 3000.0,
+                       lines: int = 400, span_s: float = 90.0, seed: int = 0) -> dict[str, Any]:
+    """Copy scenario ``src`` to ``dst`` and append a Lustre error storm to ``node``'s kern.log,
+    ``at_s`` seconds after the scenario start. Rewrites truth.json for the injected fault."""
+    import datetime as dt
+
+    s, d = Path(src), Path(dst)
+    if d.exists():
+        shutil.rmtree(d)
+    shutil.copytree(s, d)
+    truth = json.loads((d / TRUTH).read_text())
+    node = node or sorted(truth["nodes"])[-1]
+    kern = d / "nodes" / node / "kern.log"
+    start = iso_to_ns(truth["start_time"])
+    rng = np.random.default_rng(seed)
+    ts = np.sort(start + int(at_s * _NS) + rng.integers(0, int(span_s * _NS), lines))
+    out = []
+    for t in ts:
+        tm = dt.datetime.fromtimestamp(int(t) // _NS, tz=dt.UTC)
+        tmpl = NOVEL_TEMPLATES[int(rng.integers(0, len(NOVEL_TEMPLATES)))]
+        msg = tmpl.format(o=int(rng.integers(0, 64)), h=int(rng.integers(0, 2**24)), a=int(rng.integers(1, 9)),
+                          b=int(rng.integers(1, 250)), p=int(rng.integers(1000, 99999)))
+        out.append(f"{tm:%b} {tm.day:2d} {tm:%H:%M:%S} {node} kernel: [{(t - start) / _NS + 3270000:.6f}] {msg}")
+    existing = kern.read_text().splitlines() if kern.exists() else []
+    merged = sorted(existing + out, key=lambda line: line[:15])   # syslog lines sort by their timestamp
+    kern.write_text("\n".join(merged) + "\n")
+    fault_t = int(ts[0])
+    truth.update({"scenario": d.name, "fault_kind": "novel_lustre_storm", "category": "anomaly", "culprit_node": node,
+                  "culprit_gpu": None, "node_fault": True, "xid": None, "fault_time": ns_to_iso(fault_t),
+                  "decisive_time": ns_to_iso(fault_t), "expect_incident": True,
+                  "acceptable_actions": ["investigate"]})
+    (d / TRUTH).write_text(json.dumps(truth, indent=2) + "\n")
+    return truth
+
+
+def evaluate_novel(roots: list[str | Path], anomaly: Any) -> dict[str, Any]:
+    """Window-level and scenario-level detection of injected novel faults by the anomaly detector.
+
+    A scenario is detected when a role-``cause`` anomaly finding names the culprit node within
+    10 minutes after the fault; healthy scenarios (no culprit) count false alarms per window."""
+    per = []
+    for root in roots:
+        for d in scenario_dirs(root):
+            r = replay_rules(d)
+            truth = r.truth or {}
+            ctx = DetectContext(r.watermark_ns)
+            a = anomaly.detect(r.findings, r.windows, ctx)
+            novel = a.filter(pl.col("role") == "cause")
+            fault_t = _t(truth.get("fault_time"))
+            culprit = truth.get("culprit_node")
+            hit = None
+            if culprit and fault_t is not None:
+                m = novel.filter((pl.col("host") == culprit) & (pl.col("time").dt.epoch("ns") >= fault_t)
+                                 & (pl.col("time").dt.epoch("ns") <= fault_t + 600 * _NS))
+                hit = None if m.is_empty() else (int(m["time"].dt.epoch("ns").min()) - fault_t) / _NS
+            feats = pipeline_features(r.findings, r.windows)
+            per.append({"scenario": d.name, "kind": truth.get("fault_kind"), "culprit": culprit,
+                        "windows": feats.height, "flagged": novel.height,
+                        "flagged_other_hosts": novel.filter(pl.col("host") != (culprit or "")).height,
+                        "detected": hit is not None, "latency_s": hit})
+    faults = [p for p in per if p["culprit"]]
+    clean = [p for p in per if not p["culprit"]]
+    return {
+        "scenarios": per,
+        "recall": (sum(p["detected"] for p in faults) / len(faults)) if faults else None,
+        "false_alarm_windows_per_healthy_scenario": (float(np.mean([p["flagged"] for p in clean])) if clean else None),
+        "false_alarm_rate_healthy_windows": (sum(p["flagged"] for p in clean) / max(1, sum(p["windows"] for p in clean))
+                                             if clean else None),
+    }
+
+
+def window_labels(features: pl.DataFrame, truth: dict[str, Any], after_s: float = 600.0,
+                  window: str = "60s") -> pl.Series:
+    """True for windows of the culprit node from the fault time to ``after_s`` later."""
+    culprit, ft = truth.get("culprit_node"), _t(truth.get("fault_time"))
+    if not culprit or ft is None:
+        return pl.Series("label", [False] * features.height)
+    wn = window_ns(window)
+    w = features["window_start"].dt.epoch("ns")
+    return ((features["host"] == culprit) & (w + wn >= ft) & (w <= ft + int(after_s * _NS))).fill_null(False).rename("label")
+
+
+__all__ = ["KEYS", "PIPELINE_FEATURES", "Replayed", "evaluate", "evaluate_novel", "inject_novel_fault",
+           "replay_rules", "scenario_dirs", "training_frame", "window_labels"]
