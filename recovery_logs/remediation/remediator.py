@@ -170,7 +170,7 @@ class Remediator:
                                            (inc.id,)).fetchone():
                 self.audit.append("detection", inc.to_dict(), incident_id=inc.id)
             for p in inc.actions:
-                d = self._consider(inc, p)
+                d = self._consider(p, p.incident_id or inc.id, inc.cause)
                 if d is not None:
                     out.append(d)
         self.process_queue()
@@ -184,9 +184,17 @@ class Remediator:
         return Decision(d.action_id, d.incident_id, d.kind, d.target, d.decision, row["status"], d.reason,
                         d.exclude, res)
 
-    def _consider(self, inc: Incident, p: ActionProposal) -> Decision | None:
-        incident_id = p.incident_id or inc.id
-        key = f"{p.kind}:{p.target}:{incident_id}"
+    def resume(self, node: str, incident_id: str | None = None, by: str = "operator") -> Decision:
+        """Undo one of our drains (a tripped breaker never blocks this; budget and mode still apply).
+        A node drained by someone else comes back ``not_owner`` and is left alone."""
+        p = ActionProposal("resume_node", node, "record_only", f"resume requested by {by}", incident_id)
+        d = self._consider(p, incident_id or "manual", f"resume by {by}",
+                           key=f"resume_node:{node}:{incident_id or 'manual'}:{self.clock():.3f}")
+        self.process_queue()
+        return self._refresh(d) if d else d
+
+    def _consider(self, p: ActionProposal, incident_id: str, cause: str, key: str | None = None) -> Decision | None:
+        key = key or f"{p.kind}:{p.target}:{incident_id}"
         act = action_id(key)
         existing = self.action(act)
         if existing is not None and not (existing["status"] == "record_only" and self.config.mode != "monitor"
@@ -202,21 +210,22 @@ class Remediator:
                 if p.kind in EXECUTABLE_KINDS:
                     if p.target is None:
                         raise UnsafeTargetError(f"executor: {p.kind} without a target")
-                    self.executor.validate(p.kind, p.target, p.exclude, incident_id, inc.cause)
+                    self.executor.validate(p.kind, p.target, p.exclude, incident_id, cause)
             except UnsafeTargetError as exc:
                 self.audit.append("unsafe_target", {**base, "message": str(exc)}, incident_id=incident_id,
                                   action_id=act)
-                return self._decide(existing, act, key, p, incident_id, inc.cause, "denied", "denied",
+                return self._decide(existing, act, key, p, incident_id, cause, "denied", "denied",
                                     f"unsafe target rejected: {exc.message}", {}, now)
             state = self.policy_state()
-            v = evaluate(self.config, state, ActionRequest(p.kind, p.target or "", incident_id), now)
+            v = evaluate(self.config, state, ActionRequest(p.kind, p.target or "", incident_id,
+                                                           own_drain=p.kind == "resume_node"), now)
             if v.trip_breaker:
                 self._trip(v.reason)
             status = {"record_only": "record_only", "proposed": "awaiting_approval", "dry_run": "dry_run",
                       "denied": "denied", "approved": "queued"}[v.decision]
             if v.decision == "dry_run":
                 self.audit.set_state("counter:dry_run", int(self.audit.get_state("counter:dry_run", 0)) + 1)
-            return self._decide(existing, act, key, p, incident_id, inc.cause, v.decision, status, v.reason,
+            return self._decide(existing, act, key, p, incident_id, cause, v.decision, status, v.reason,
                                 v.state, now)
 
     def _decide(self, existing: dict[str, Any] | None, act: str, key: str, p: ActionProposal, incident_id: str,
