@@ -102,11 +102,14 @@ def _case_dirs(p: Path) -> list[tuple[str, list[Path], Path | None]]:
 def load_cases(data: Sequence[str | Path], config: EngineConfig | None = None) -> list[Case]:
     """Replay every case under ``data`` (record only) and keep what a backtest needs."""
     from recovery_logs.api import incident_dicts, load_truth
-    from recovery_logs.pipeline import ReplayOptions, replay
+    from recovery_logs.pipeline import Engine, ReplayOptions, replay
+    from recovery_logs.rulepack import load_packs
     from recovery_logs.timeutil import iso_to_ns
 
     if not data:
         raise ConfigError("backtest: no DATA paths given")
+    cfg = config or EngineConfig()
+    pack = load_packs(cfg.rules_dir)      # compiled once, shared by every case's engine
     cases: list[Case] = []
     seen: dict[str, int] = {}
     for raw in data:
@@ -116,7 +119,7 @@ def load_cases(data: Sequence[str | Path], config: EngineConfig | None = None) -
         for name, paths, tdir in _case_dirs(p):
             n = seen.get(name, 0)
             seen[name] = n + 1
-            res = replay(paths, ReplayOptions(config=config or EngineConfig()))
+            res = replay(paths, ReplayOptions(config=cfg), engine=Engine(cfg, pack=pack))
             first = res.summary.get("first_event")
             hosts = frozenset(res.engine.windows["host"].drop_nulls().unique().to_list())
             cases.append(Case(name if n == 0 else f"{name}#{n}", tuple(paths), load_truth(tdir) if tdir else None,
