@@ -11,8 +11,9 @@ import typer
 def register(app: typer.Typer) -> None:
     @app.command("simulate")
     def simulate_cmd(
-        scenario: Annotated[str, typer.Option("--scenario", help="NAME, all, a,b (several runs) or a+b (combined)")],
-        out: Annotated[Path, typer.Option("--out", help="output directory (one sub-directory per scenario)")],
+        scenario: Annotated[str | None, typer.Option("--scenario", help="NAME, all, a,b (several runs) or a+b "
+                                                                        "(one run with both faults)")] = None,
+        out: Annotated[Path | None, typer.Option("--out", help="output directory (one sub-directory per scenario)")] = None,
         seed: Annotated[int, typer.Option("--seed", help="random seed; same seed, same bytes")] = 0,
         nodes: Annotated[int, typer.Option("--nodes", help="nodes in the job")] = 4,
         gpus_per_node: Annotated[int, typer.Option("--gpus-per-node", help="GPUs (ranks) per node")] = 8,
@@ -30,6 +31,9 @@ def register(app: typer.Typer) -> None:
             for name in scenario_names():
                 typer.echo(name)
             return
+        if scenario is None or out is None:
+            raise ConfigError("simulate: --scenario and --out are required (see --list for scenario names)",
+                              scenario=scenario, out=str(out) if out else None)
         try:
             duration_s = parse_duration_s(duration)
         except ValueError as exc:

@@ -85,16 +85,16 @@ def chunk_background(c: Cluster, tl: Timeline, rng: np.random.Generator, c0: int
         pid = np.asarray(c.pid_base)[node] + rr % G
         dead = np.array([node_dead.get(int(n), 1 << 62) for n in range(len(c.nodes))])[node]
         keep = t < dead
-        df = pl.DataFrame({"t": t[keep], "node": node[keep], "rank": rr[keep], "k": kk[keep] + 1, "ms": ms[keep],
-                           "pid": pid[keep]})
-        msg = pl.concat_str([
-            fmt.glog_py_expr(pl.col("t"), "I", pl.col("pid"), "train.py:318"),
-            pl.lit("[rank"), pl.col("rank").cast(pl.String), pl.lit("] step "), pl.col("k").cast(pl.String),
-            pl.lit(" step_time="), (pl.col("ms") // 1000).cast(pl.String), pl.lit("."),
-            (pl.col("ms") % 1000).cast(pl.String).str.zfill(3), pl.lit("s"),
-        ])
-        frames.append(df.select(pl.col("t"), pl.lit(pl.Series("host", nodes[df["node"].to_numpy()])),
-                                pl.lit("job").alias("stream"), pl.col("rank").cast(pl.Int32), msg.alias("msg")))
+        t, node, rr, kk, ms, pid = t[keep], node[keep], rr[keep], kk[keep] + 1, ms[keep], pid[keep]
+        ts = pl.Series(t)
+        msg = pl.select(pl.concat_str([
+            pl.lit("I"), pl.lit(fmt.strftime_ns(ts, "%m%d %H:%M:%S", 6)), pl.lit(" "), pl.lit(pid).cast(pl.String),
+            pl.lit(" train.py:318] [rank"), pl.lit(rr).cast(pl.String), pl.lit("] step "), pl.lit(kk).cast(pl.String),
+            pl.lit(" step_time="), pl.lit(ms // 1000).cast(pl.String), pl.lit("."),
+            pl.lit(ms % 1000).cast(pl.String).str.zfill(3), pl.lit("s"),
+        ])).to_series()
+        frames.append(pl.DataFrame({"t": ts, "host": pl.Series(c.nodes).gather(node), "stream": "job",
+                                    "rank": pl.Series(rr, dtype=pl.Int32), "msg": msg}))
     # ---- Megatron iteration lines (printed by the last rank) ------------------------------------
     k_meg = k_all[(k_all + 1) % log_every == 0]
     last = c.world - 1
@@ -129,6 +129,6 @@ def chunk_background(c: Cluster, tl: Timeline, rng: np.random.Generator, c0: int
     frames.append(kern)
     frames.append(_chatter(rng, np.array([c.ctl_host]), np.zeros(1, dtype=np.int64), c0, c1, 1 / 30.0, CTLD_CHATTER,
                            "slurmctld"))
-    out = pl.concat([f.cast(ROW_SCHEMA) for f in frames if f.height], how="vertical") if frames else None
-    return out if out is not None else pl.DataFrame(schema=ROW_SCHEMA)
+    frames = [f.cast(ROW_SCHEMA) for f in frames if f.height]
+    return pl.concat(frames, how="vertical") if frames else pl.DataFrame(schema=ROW_SCHEMA)
 

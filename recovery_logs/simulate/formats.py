@@ -78,6 +78,20 @@ def nccl(host: str, pid: int, tid: int, local_rank: int, msg: str) -> str:
 
 # ---- vectorised (Polars) -------------------------------------------------------------------------
 
+def strftime_ns(t: pl.Series, pattern: str, frac_digits: int = 0) -> pl.Series:
+    """``strftime`` of whole seconds, computed once per distinct second (lines share seconds), plus
+    an optional ``.fraction`` with ``frac_digits`` digits: much faster than per-row formatting."""
+    secs = t // NS
+    uniq = secs.unique()
+    text = pl.select(_dt(pl.lit(uniq) * NS).dt.strftime(pattern)).to_series()
+    out = secs.replace_strict(uniq, text, return_dtype=pl.String)
+    if frac_digits:
+        frac = (t % NS) // (10 ** (9 - frac_digits))
+        out = pl.select(pl.concat_str([pl.lit(out), pl.lit("."), pl.lit(frac).cast(pl.String).str.zfill(frac_digits)])
+                        ).to_series()
+    return out
+
+
 def _dt(t: pl.Expr) -> pl.Expr:
     return t.cast(pl.Datetime("ns")).dt.replace_time_zone("UTC").cast(TIME)
 

@@ -163,6 +163,8 @@ def _truth(name: str, opts: SimOptions, c: Cluster, faults: list[Fault]) -> dict
                 "culprit_node": c.nodes[f.culprit_node] if f.culprit_node is not None else None,
                 "culprit_gpu": f.culprit_gpu, "node_fault": f.node_fault, "xid": f.xid,
                 "fault_time": ns_to_iso(f.fault_t), "decisive_time": ns_to_iso(f.decisive_t),
+                "decisive_node": f.decisive_host or (c.nodes[f.culprit_node] if f.culprit_node is not None
+                                                     and f.decisive_t is not None else None),
                 "acceptable_actions": list(f.actions), "expect_incident": f.expect_incident}
 
     primary = one(faults[0])

@@ -44,6 +44,7 @@ class Fault:
     job_end: int | None = None             # job output and progress stop after this time
     progress_stop: int | None = None       # progress lines stop (job may linger, e.g. a hang)
     node_dead: tuple[int, int] | None = None
+    decisive_host: str | None = None       # host of the decisive line when it is not the culprit
     slow: list[tuple[np.ndarray, int, int, float]] = field(default_factory=list)
 
 
@@ -286,10 +287,10 @@ def ib_flap(s: Script, f: Spec) -> Fault:
 
 def nccl_net_error(s: Script, f: Spec) -> Fault:
     end = _net_failure(s, f, f.t, f.node)
-    first = min(r[0] for r in s.rows if "Got completion from peer" in r[4])
+    first, host = min((r[0], r[1]) for r in s.rows if "Got completion from peer" in r[4])
     return Fault(kind="nccl_net_error", category="nccl_network_error", culprit_node=f.node, culprit_gpu=None,
                  node_fault=True, fault_t=f.t, decisive_t=first, actions=("drain_node", "requeue_job", "investigate"),
-                 job_end=end, progress_stop=f.t)
+                 job_end=end, progress_stop=f.t, decisive_host=host)
 
 
 # ---- behaviour: hangs and slowness -------------------------------------------------------------
@@ -300,11 +301,11 @@ def silent_hang(s: Script, f: Spec) -> Fault:
     c = s.cluster
     t_stop = s.timeline.last_end_before(f.t)
     end = sc.watchdog_cascade(s, t_stop, set(c.ranks_of(f.node)))
-    first = min(r[0] for r in s.rows if "Watchdog caught collective operation timeout" in r[4])
+    first, host = min((r[0], r[1]) for r in s.rows if "Watchdog caught collective operation timeout" in r[4])
     sc.job_end_lines(s, end, "failed")
     return Fault(kind="silent_hang", category="nccl_timeout_hang", culprit_node=f.node, culprit_gpu=None,
                  node_fault=True, fault_t=t_stop, decisive_t=first, actions=("requeue_job", "drain_node", "investigate"),
-                 job_end=end + 5 * NS, progress_stop=t_stop)
+                 job_end=end + 5 * NS, progress_stop=t_stop, decisive_host=host)
 
 
 def straggler_node(s: Script, f: Spec) -> Fault:
@@ -390,7 +391,7 @@ def node_fail(s: Script, f: Spec) -> Fault:
     s.ctld(t_down + 1_000_000, f"Killing JobId={c.job_id} on failed node {c.nodes[k]}")
     return Fault(kind="node_fail", category="slurm_job_failure", culprit_node=k, culprit_gpu=None, node_fault=True,
                  fault_t=f.t, decisive_t=t_nr, actions=("drain_node", "requeue_job", "investigate"), job_end=end,
-                 progress_stop=f.t, node_dead=(k, f.t))
+                 progress_stop=f.t, node_dead=(k, f.t), decisive_host=c.ctl_host)
 
 
 def healthy(s: Script, f: Spec) -> Fault:

@@ -55,21 +55,28 @@ def add_noise(df: pl.DataFrame, rng: np.random.Generator, dup_rate: float, garba
 
 
 def render_text(df: pl.DataFrame, c: Cluster) -> pl.DataFrame:
-    """Add ``path`` and ``text`` (the line as the file holds it)."""
+    """Add ``path`` and ``text`` (the line as the file holds it); each stream formatted on its own rows."""
     boot = dict(zip(c.nodes, c.boot_ns, strict=True))
-    return df.with_columns(
-        pl.when(pl.col("stream") == "job").then(pl.concat_str([pl.lit(f"job-{c.job_id}/"), pl.col("host"), pl.lit(".out")]))
-        .otherwise(pl.concat_str([pl.lit("nodes/"), pl.col("host"), pl.lit("/"),
-                                  pl.col("stream").replace({"kern": "kern.log", "slurmd": "slurmd.log",
-                                                            "slurmctld": "slurmctld.log"})])).alias("path"),
-        pl.when(pl.col("stream") == "kern")
-        .then(pl.concat_str([fmt.syslog_prefix_expr(pl.col("t"), pl.col("host"),
-                                                     pl.col("host").replace_strict(boot, default=0, return_dtype=pl.Int64)),
-                             pl.col("msg")]))
-        .when(pl.col("stream").is_in(["slurmd", "slurmctld"]))
-        .then(pl.concat_str([fmt.slurm_prefix_expr(pl.col("t")), pl.col("msg")]))
-        .otherwise(pl.col("msg")).alias("text"),
-    )
+    parts = []
+    for (stream,), part in df.group_by(["stream"], maintain_order=True):
+        if stream == "job":
+            path = pl.concat_str([pl.lit(f"job-{c.job_id}/"), pl.col("host"), pl.lit(".out")])
+            text = pl.col("msg")
+        else:
+            name = {"kern": "kern.log", "slurmd": "slurmd.log", "slurmctld": "slurmctld.log"}[stream]
+            path = pl.concat_str([pl.lit("nodes/"), pl.col("host"), pl.lit("/" + name)])
+            t = part["t"]
+            if stream == "kern":
+                up = t - part["host"].replace_strict(boot, default=0, return_dtype=pl.Int64)
+                prefix = pl.concat_str([pl.lit(fmt.strftime_ns(t, "%b %e %H:%M:%S")), pl.lit(" "), pl.col("host"),
+                                        pl.lit(" kernel: ["), pl.lit(up // NS).cast(pl.String).str.pad_start(5, " "),
+                                        pl.lit("."), pl.lit((up % NS) // 1000).cast(pl.String).str.zfill(6),
+                                        pl.lit("] ")])
+            else:
+                prefix = pl.concat_str([pl.lit("["), pl.lit(fmt.strftime_ns(t, "%Y-%m-%dT%H:%M:%S", 3)), pl.lit("] ")])
+            text = pl.concat_str([prefix, pl.col("msg")])
+        parts.append(part.with_columns(path.alias("path"), text.alias("text")))
+    return pl.concat(parts, how="vertical")
 
 
 class TextSink:
@@ -91,8 +98,12 @@ class TextSink:
         key = pl.col("t") + pl.when(pl.col("stream") == "job").then(
             pl.col("rank").fill_null(c.world).replace_strict(list(range(c.world + 1)), lag.tolist(), default=0,
                                                               return_dtype=pl.Int64)).otherwise(0)
-        df = df.with_columns(key.alias("_k")).sort(["path", "_k"], maintain_order=True)
-        for (path,), part in df.group_by(["path"], maintain_order=True):
+        hosts = {h: i for i, h in enumerate((*c.nodes, c.ctl_host))}
+        code = {"kern": 0, "slurmd": 1, "slurmctld": 2, "job": 3}
+        df = df.with_columns(key.alias("_k"), (pl.col("stream").replace_strict(code, return_dtype=pl.Int64) * 1_000_000
+                                               + pl.col("host").replace_strict(hosts, return_dtype=pl.Int64)).alias("_f"))
+        df = df.sort(["_f", "_k"], maintain_order=True)
+        for (path,), part in df.select("path", "text").partition_by("path", as_dict=True, maintain_order=True).items():  # noqa: E501
             body = ("\n".join(part["text"].to_list()) + "\n").encode("utf-8")
             if INVALID_UTF8.encode() in body:
                 body = body.replace(INVALID_UTF8.encode(), b"\xff\xfe\xc3")
