@@ -393,7 +393,7 @@ def check_packs(rules_dir: Path | None = None) -> list[CheckFailure]:
     if not texts:
         return failures
     events = pl.DataFrame({"message": texts}, schema={"message": pl.String})
-    won = winners(events, pack)
+    won = winners(events, pack, prune_benign=False)
     got = dict(zip(won["_row"].to_list(), won["_rule_id"].to_list(), strict=True))
     for i, (r, positive) in enumerate(owners):
         winner = got.get(i)

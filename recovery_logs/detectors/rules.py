@@ -38,11 +38,16 @@ def _units(pack: RulePack) -> list[tuple[Rule, int]]:
     return [(r, i) for r in pack.rules for i in range(len(r.patterns))]
 
 
-def winners(events: pl.DataFrame, pack: RulePack) -> pl.DataFrame:
+def winners(events: pl.DataFrame, pack: RulePack, prune_benign: bool = True) -> pl.DataFrame:
     """Which rule wins each event that any rule matches.
 
     Returns ``_row`` (index into ``events``), ``_u`` (index into the rule/pattern units),
     ``_rule_id`` and ``message``. Used by :func:`match` and by ``rulepack.check_packs``.
+
+    With ``prune_benign`` (the runtime default) a line that contains only the literals of
+    ``suppress`` rules is dropped at the prefilter: no finding-producing rule could win it, so
+    the benign rules need not run. ``check_packs`` passes False to prove that each suppress rule
+    does win its own examples.
     """
     units = _units(pack)
     out_schema = {"_row": pl.UInt32, "_u": pl.UInt32, "_rule_id": pl.String, "message": pl.String}
@@ -60,7 +65,9 @@ def winners(events: pl.DataFrame, pack: RulePack) -> pl.DataFrame:
         lit_tab = pl.DataFrame({"_lit": [a for a, _ in lit_rows], "_u": [b for _, b in lit_rows]},
                                schema={"_lit": pl.String, "_u": pl.UInt32})
         all_lits = lit_tab["_lit"].unique(maintain_order=True).to_list()
-        hits = (base.with_columns(pl.col("message").str.extract_many(all_lits, overlapping=True).alias("_lit"))
+        gate = [lit for r, _ in units if not (prune_benign and r.suppress) for lit in r.literals]
+        cand_rows = base.filter(pl.col("message").str.contains_any(list(dict.fromkeys(gate)))) if gate else base.clear()
+        hits = (cand_rows.with_columns(pl.col("message").str.extract_many(all_lits, overlapping=True).alias("_lit"))
                 .filter(pl.col("_lit").list.len() > 0)
                 .with_columns(pl.col("_lit").list.unique())
                 .explode("_lit"))
@@ -206,7 +213,7 @@ def _classify_xid(ext: pl.DataFrame, pack: RulePack) -> pl.DataFrame:
 def explain(line: str, pack: RulePack) -> dict:
     """What `rules test LINE` prints: every rule whose pattern matches, the winner, the finding."""
     events = conform(pl.DataFrame({"message": [line]}), EVENT_SCHEMA)
-    won = winners(events, pack)
+    won = winners(events, pack, prune_benign=False)
     matching = [r.id for r in pack.rules
                 if any(pl.select(pl.lit(line).str.contains(p)).item() for p in r.patterns)
                 and (not r.literals or any(lit in line for lit in r.literals))]
