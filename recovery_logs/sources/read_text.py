@@ -187,6 +187,9 @@ class TextParser:
     def _process(self, data: bytes, final: bool, stats: collections.Counter) -> Batch:
         quar: list[pl.DataFrame] = []
         new = self._split(data, final, stats, quar)
+        if new.height == 0 and not final:     # nothing new to decide on: the carry stays as it is
+            q = pl.concat(quar) if quar else empty_quarantine()
+            return Batch(pl.DataFrame(schema=EVENT_SCHEMA), q, stats)
         lines = pl.concat([self._carry, new]) if self._carry.height else new
         if lines.height == 0:
             q = pl.concat(quar) if quar else empty_quarantine()

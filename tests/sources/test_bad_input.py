@@ -1,0 +1,168 @@
+"""Bad input is counted and quarantined, never crashes; fatal problems name the file and line."""
+
+from __future__ import annotations
+
+import gzip
+
+import polars as pl
+import pytest
+
+from recovery_logs.errors import InputError
+from recovery_logs.sources.files import ReadOptions, iter_batches, read_paths
+
+LINE = b"Nov 29 14:06:00 gpu-n01 kernel: hello\n"
+
+
+def test_invalid_utf8_is_kept_replaced_and_quarantined(tmp_path):
+    p = tmp_path / "kern.log"
+    p.write_bytes(LINE + b"Nov 29 14:06:01 gpu-n01 kernel: bad \xff\xfe bytes\n"
+                  + LINE.replace(b"hello", b"end").replace(b":00 ", b":02 "))
+    r = read_paths([p], ReadOptions(year=2026))
+    assert r.events["message"].to_list() == ["hello", "bad \ufffd\ufffd bytes", "end"]
+    assert r.quarantine.rows() == [(str(p), 2, "invalid_utf8", "Nov 29 14:06:01 gpu-n01 kernel: bad \\xff\\xfe bytes")]
+    assert r.stats["invalid_utf8"] == 1
+
+
+def test_oversized_line_is_cut_and_quarantined_not_an_event(tmp_path):
+    p = tmp_path / "job.out"
+    big = b"x" * (1 << 20) + b"y" * 10
+    p.write_bytes(b"before\n" + big + b"\nafter\n")
+    r = read_paths([p])
+    assert r.events["message"].to_list() == ["before", "after"]
+    assert r.events["line"].to_list() == [1, 3]
+    q = r.quarantine
+    assert q.select("line", "reason").rows() == [(2, "oversized")]
+    assert q["raw"][0] == "x" * 4096
+    assert r.stats["oversized"] == 1
+
+
+def test_oversized_line_fed_in_small_pieces_holds_bounded_memory(tmp_path):
+    from recovery_logs.sources.read_text import TextParser
+    tp = TextParser(str(tmp_path / "x.out"), ReadOptions(), "job")
+    piece = b"z" * 65536
+    for _ in range(40):          # 2.5 MiB without a newline
+        tp.feed(piece)
+        assert len(tp._pending) <= (1 << 20) + 65536
+    b = tp.feed(b"\nok\n")
+    f = tp.flush()
+    assert b.quarantine.select("line", "reason").rows() == [(1, "oversized")]
+    assert pl.concat([b.events, f.events])["message"].to_list() == ["ok"]
+
+
+def test_malformed_json_lines_are_quarantined_not_events(tmp_path):
+    p = tmp_path / "vl.jsonl"
+    p.write_text('{"_time":"2026-11-29T14:19:10Z","_msg":"good line 1"}\n'
+                 '{"_time":"2026-11-29T14:19:10Z","_msg": broken\n'
+                 '{"_msg":"no time at all"}\n'
+                 '{"_time":"yesterday","_msg":"bad time"}\n'
+                 '[1, 2, 3]\n'
+                 '{"_time":"2026-11-29T14:19:11Z","_msg":"good line 2"}\n')
+    r = read_paths([p])
+    assert r.events["message"].to_list() == ["good line 1", "good line 2"]
+    assert r.quarantine.select("line", "reason").rows() == [(2, "malformed"), (3, "malformed"), (4, "malformed"),
+                                                            (5, "malformed")]
+    assert r.stats["malformed"] == 4
+
+
+def test_malformed_journald_line(tmp_path):
+    p = tmp_path / "j.json"
+    p.write_text('{"__REALTIME_TIMESTAMP":"1795971816551714","MESSAGE":"ok","_HOSTNAME":"h1"}\n{"MESSAGE": \n')
+    r = read_paths([p], ReadOptions(fmt="journald"))
+    assert r.events["message"].to_list() == ["ok"]
+    assert r.quarantine.select("line", "reason").rows() == [(2, "malformed")]
+
+
+def test_out_of_order_is_kept_and_quarantined(tmp_path):
+    p = tmp_path / "kern.log"
+    p.write_bytes(b"Nov 29 14:06:05 n1 kernel: a\nNov 29 14:06:01 n1 kernel: b\nNov 29 14:06:06 n1 kernel: c\n")
+    r = read_paths([p], ReadOptions(year=2026))
+    assert r.events["message"].to_list() == ["b", "a", "c"]     # sorted by time for the pipeline
+    assert r.quarantine.select("line", "reason").rows() == [(2, "out_of_order")]
+    assert r.stats["out_of_order"] == 1
+
+
+def test_duplicates_within_and_across_files_are_dropped_and_quarantined(tmp_path):
+    a, b = tmp_path / "a" / "kern.log", tmp_path / "b" / "kern.log"
+    a.parent.mkdir()
+    b.parent.mkdir()
+    a.write_bytes(b"Nov 29 14:06:05 n1 kernel: x\nNov 29 14:06:05 n1 kernel: x\nNov 29 14:06:06 n1 kernel: y\n")
+    b.write_bytes(b"Nov 29 14:06:06 n1 kernel: y\nNov 29 14:06:06 n2 kernel: y\n")
+    r = read_paths([a, b], ReadOptions(year=2026))
+    assert r.events.select("host", "message").rows() == [("n1", "x"), ("n1", "y"), ("n2", "y")]
+    assert r.quarantine.select("file", "line", "reason").rows() == [(str(a), 2, "duplicate"), (str(b), 1, "duplicate")]
+    assert r.stats["duplicates"] == 2
+
+
+def test_lines_with_inferred_time_are_not_duplicates(tmp_path):
+    p = tmp_path / "job.out"
+    p.write_text("same\nsame\n")
+    r = read_paths([p])
+    assert r.events["message"].to_list() == ["same", "same"]
+    assert r.stats["duplicates"] == 0
+
+
+def test_missing_path_names_the_path(tmp_path):
+    missing = tmp_path / "nope.log"
+    with pytest.raises(InputError) as ei:
+        read_paths([missing])
+    assert ei.value.path == str(missing)
+    assert str(missing) in str(ei.value)
+
+
+def test_empty_glob_names_the_glob(tmp_path):
+    with pytest.raises(InputError, match="glob"):
+        read_paths([str(tmp_path / "*.nothing")])
+
+
+def test_unreadable_file_names_the_path(tmp_path):
+    import os
+    p = tmp_path / "secret.log"
+    p.write_text("x\n")
+    os.chmod(p, 0)
+    try:
+        if os.access(p, os.R_OK):
+            pytest.skip("running as a user who can read anything")
+        with pytest.raises(InputError) as ei:
+            read_paths([p])
+        assert ei.value.path == str(p)
+    finally:
+        os.chmod(p, 0o644)
+
+
+def test_corrupt_gzip_names_path_and_line(tmp_path):
+    lines = b"".join(b"Nov 29 14:06:%02d n1 kernel: line %d\n" % (i % 60, i) for i in range(20000))
+    blob = gzip.compress(lines)
+    p = tmp_path / "kern.log.gz"
+    p.write_bytes(blob[: len(blob) // 2])      # truncated stream
+    with pytest.raises(InputError) as ei:
+        for _ in iter_batches([p], ReadOptions(year=2026, batch_lines=500)):
+            pass
+    assert ei.value.path == str(p)
+    assert ei.value.line is not None and ei.value.line > 1
+    assert "gzip" in str(ei.value)
+
+
+def test_no_events_at_all_names_the_inputs(tmp_path):
+    p = tmp_path / "bad.jsonl"
+    p.write_text('{"_msg": "no time"}\n')
+    with pytest.raises(InputError) as ei:
+        read_paths([p])
+    assert str(p) in str(ei.value)
+
+
+def test_parquet_not_in_event_schema(tmp_path):
+    p = tmp_path / "x.parquet"
+    pl.DataFrame({"a": [1]}).write_parquet(p)
+    with pytest.raises(InputError, match="event schema") as ei:
+        read_paths([p])
+    assert ei.value.path == str(p)
+    q = tmp_path / "y.parquet"
+    pl.DataFrame({"time": [1.5], "message": ["m"]}).write_parquet(q)
+    with pytest.raises(InputError, match="time") as ei:
+        read_paths([q])
+    assert ei.value.path == str(q)
+
+
+def test_unknown_format_option():
+    with pytest.raises(InputError, match="unknown format"):
+        read_paths(["x"], ReadOptions(fmt="xml"))
