@@ -3,7 +3,7 @@
 Every source feeds the same counters: lines read, duplicates dropped, late lines, events,
 incidents reported (``kind`` = new|updated), errors by stage (tail, catchup, rebuild, files,
 attribution, remediation, export), and the lag behind the server (seconds between now and the
-newest ``_time`` read). The endpoint binds 127.0.0.1 unless told otherwise.
+point up to which the server was read losslessly). The endpoint binds 127.0.0.1 unless told otherwise.
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ class WatchMetrics:
         self.incidents = Counter("recovery_logs_watch_incidents", "Incidents reported", ["kind"], registry=r)
         self.errors = Counter("recovery_logs_watch_errors", "Errors by stage", ["stage"], registry=r)
         self.lag = Gauge("recovery_logs_watch_lag_seconds",
-                         "Now minus the newest _time read from VictoriaLogs", registry=r)
+                         "Now minus the point up to which VictoriaLogs was read losslessly", registry=r)
         self._server: Any = None
 
     def serve(self, port: int, addr: str = "127.0.0.1") -> int:

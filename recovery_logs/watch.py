@@ -359,11 +359,13 @@ class Watcher:
     # -- loop --------------------------------------------------------------------------------
     def run(self, stop: threading.Event | None = None,
             after_step: Callable[[Watcher], None] | None = None) -> dict[str, Any]:
-        """Step every ``refresh_s`` until ``duration_s`` passes or ``stop`` is set."""
+        """Step until ``duration_s`` passes or ``stop`` is set: every ``refresh_s``, and sooner
+        (at most every ``refresh_s / 10``) when the live tail has rows waiting."""
         stop = stop or threading.Event()
         t_end = None if self.options.duration_s is None else time.monotonic() + self.options.duration_s
         if self.vl is None and self.files is None:
             self.open()
+        min_gap = self.options.refresh_s / 10
         try:
             while not stop.is_set():
                 t0 = time.monotonic()
@@ -372,14 +374,27 @@ class Watcher:
                     after_step(self)
                 if t_end is not None and time.monotonic() >= t_end:
                     break
-                wait = self.options.refresh_s - (time.monotonic() - t0)
+                deadline = t0 + self.options.refresh_s
                 if t_end is not None:
-                    wait = min(wait, t_end - time.monotonic())
-                if wait > 0 and stop.wait(wait):
+                    deadline = min(deadline, t_end)
+                if not self._wait(stop, t0 + min_gap, deadline):
                     break
         finally:
             self.close()
         return self.summary()
+
+    def _wait(self, stop: threading.Event, earliest: float, deadline: float) -> bool:
+        """Sleep until ``deadline`` or until tail rows arrive (not before ``earliest``).
+        False when ``stop`` was set."""
+        if stop.wait(max(0.0, earliest - time.monotonic())):
+            return False
+        ready = self.vl.data_ready if self.vl is not None else None
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0 or (ready is not None and ready.is_set()):
+                return not stop.is_set()
+            if stop.wait(min(left, 0.02 if ready is not None else left)):
+                return False
 
     def summary(self) -> dict[str, Any]:
         s = dict(self.stats)

@@ -206,6 +206,7 @@ class VLFollower:
         self.backoff_s, self.backoff_max_s = reconnect_backoff_s, reconnect_max_s
         self.use_tail = use_tail
         self._q: queue.Queue[dict[str, str]] = queue.Queue(maxsize=200_000)
+        self.data_ready = threading.Event()   # set by the tail thread when rows are waiting
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -226,6 +227,7 @@ class VLFollower:
                     delay = self.backoff_s
                     try:
                         self._q.put(row, timeout=1.0)
+                        self.data_ready.set()
                     except queue.Full:
                         self.stats["tail_overflow"] += 1   # the catch-up query reads it again
                     if self._stop.is_set():
@@ -273,6 +275,7 @@ class VLFollower:
         now = self.clock() if now_ns is None else now_ns
         got: list[tuple[int, dict[str, str]]] = []
         drained: list[dict[str, str]] = []
+        self.data_ready.clear()
         while True:
             try:
                 drained.append(self._q.get_nowait())
@@ -294,8 +297,10 @@ class VLFollower:
         return [r for _, r in got]
 
     def lag_s(self, now_ns: int | None = None) -> float | None:
+        """How far the lossless read is behind now: ``now - complete_ns`` (None before the first
+        finished catch-up). Includes the tail ``offset`` and up to one catch-up interval."""
         now = self.clock() if now_ns is None else now_ns
-        return None if self.newest_ns is None else max(0.0, (now - self.newest_ns) / NS)
+        return None if self.complete_ns is None else max(0.0, (now - self.complete_ns) / NS)
 
 
 # --------------------------------------------------------------------------- history paging

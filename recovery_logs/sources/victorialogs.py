@@ -47,6 +47,28 @@ _RETRY_STATUS = frozenset({502, 503, 504})
 _DEFAULT = object()
 
 
+def _short(text: str | None, n: int = 200) -> str | None:
+    """Queries built from rule packs run to kilobytes; error text keeps their head."""
+    if text is None or len(text) <= n:
+        return text
+    return text[:n] + f"... ({len(text)} chars)"
+
+
+def _vl_error(message: str, query: str | None, **context: object) -> VictoriaLogsError:
+    err = VictoriaLogsError(message, query=_short(query), **context)
+    err.query = query     # the attribute keeps the whole query
+    return err
+
+
+def _conn_reason(exc: BaseException) -> str:
+    text = str(exc)
+    for marker in ("[Errno", "timed out", "Read timed out"):
+        i = text.find(marker)
+        if i >= 0:
+            return text[i:].split("'))")[0].split('"))')[0].rstrip(")")
+    return text[-200:]
+
+
 def parse_url(source: str) -> str:
     """``victorialogs://HOST:PORT`` -> ``http://HOST:PORT`` (``http(s)://`` pass through)."""
     text = source.strip()
@@ -130,18 +152,18 @@ class VictoriaLogsClient:
             try:
                 resp = self.session.request(method, url, stream=stream, timeout=timeout, **kwargs)
             except requests.ConnectionError as exc:
-                last = VictoriaLogsError(f"cannot connect to VictoriaLogs at {self.base_url}",
-                                         query=query, server_message=str(exc), url=url)
+                last = _vl_error(f"cannot connect to VictoriaLogs at {self.base_url}: {_conn_reason(exc)}",
+                                 query, path=path)
                 last.__cause__ = exc
                 continue
             except requests.Timeout as exc:
-                last = VictoriaLogsError(f"VictoriaLogs at {self.base_url} did not answer in time",
-                                         query=query, server_message=str(exc), url=url)
+                last = _vl_error(f"VictoriaLogs at {self.base_url} did not answer in time: {_conn_reason(exc)}",
+                                 query, path=path)
                 last.__cause__ = exc
                 continue
             except requests.RequestException as exc:
-                raise VictoriaLogsError(f"request to VictoriaLogs at {self.base_url} failed",
-                                        query=query, server_message=str(exc), url=url) from exc
+                raise _vl_error(f"request to VictoriaLogs at {self.base_url} failed: {exc}", query,
+                                path=path) from exc
             if resp.status_code < 400:
                 return resp
             try:
@@ -151,15 +173,15 @@ class VictoriaLogsClient:
             finally:
                 resp.close()
             if resp.status_code == 400:
-                raise VictoriaLogsError(f"VictoriaLogs rejected the request for query {query!r}",
-                                        status=400, query=query, server_message=msg, url=url)
+                raise _vl_error(f"VictoriaLogs at {self.base_url} rejected the query {_short(query)!r}", query,
+                                status=400, server_message=msg, path=path)
             if resp.status_code == 422:
-                raise VictoriaLogsError(f"VictoriaLogs could not evaluate query {query!r}",
-                                        status=422, query=query, server_message=msg, url=url)
-            err = VictoriaLogsError(
-                "VictoriaLogs timed out or is overloaded" if resp.status_code == 503
-                else f"VictoriaLogs answered HTTP {resp.status_code}",
-                status=resp.status_code, query=query, server_message=msg, url=url)
+                raise _vl_error(f"VictoriaLogs at {self.base_url} could not evaluate the query {_short(query)!r}",
+                                query, status=422, server_message=msg, path=path)
+            err = _vl_error(
+                f"VictoriaLogs at {self.base_url} timed out or is overloaded" if resp.status_code == 503
+                else f"VictoriaLogs at {self.base_url} answered HTTP {resp.status_code}",
+                query, status=resp.status_code, server_message=msg, path=path)
             if resp.status_code not in _RETRY_STATUS:
                 raise err
             last = err
@@ -184,12 +206,12 @@ class VictoriaLogsClient:
                 requests.exceptions.ContentDecodingError) as exc:
             if self._closed:
                 return
-            raise VictoriaLogsError(f"VictoriaLogs {what} stream was cut before it finished",
-                                    status=resp.status_code, query=query,
-                                    server_message=(buf.decode("utf-8", "replace").strip() or str(exc))[:500]) from exc
+            raise _vl_error(f"VictoriaLogs {what} stream was cut before it finished", query,
+                            status=resp.status_code,
+                            server_message=(buf.decode("utf-8", "replace").strip() or _conn_reason(exc))[:300]) from exc
         except (TimeoutError, requests.Timeout) as exc:
-            raise VictoriaLogsError(f"VictoriaLogs {what} stream stalled past the read timeout",
-                                    status=resp.status_code, query=query, server_message=str(exc)) from exc
+            raise _vl_error(f"VictoriaLogs {what} stream stalled past the read timeout", query,
+                            status=resp.status_code, server_message=_conn_reason(exc)) from exc
         if buf.strip():
             yield self._decode(buf, query, what)
 
@@ -197,16 +219,15 @@ class VictoriaLogsClient:
     def _decode(raw: bytes, query: str, what: str) -> dict[str, str]:
         text = raw.decode("utf-8", "replace").strip()
         if text.startswith(ABORT_MARKER):
-            raise VictoriaLogsError(f"VictoriaLogs aborted the {what} stream", status=200, query=query,
-                                    server_message=text)
+            raise _vl_error(f"VictoriaLogs aborted the {what} stream", query, status=200, server_message=text)
         try:
             row = json.loads(text)
         except ValueError as exc:
-            raise VictoriaLogsError(f"VictoriaLogs sent a line that is not JSON in the {what} stream",
-                                    status=200, query=query, server_message=text[:500]) from exc
+            raise _vl_error(f"VictoriaLogs sent a line that is not JSON in the {what} stream", query,
+                            status=200, server_message=text[:300]) from exc
         if not isinstance(row, dict):
-            raise VictoriaLogsError(f"VictoriaLogs sent a non-object line in the {what} stream",
-                                    status=200, query=query, server_message=text[:500])
+            raise _vl_error(f"VictoriaLogs sent a non-object line in the {what} stream", query,
+                            status=200, server_message=text[:300])
         return row
 
     # -- read APIs ------------------------------------------------------------------------
@@ -250,7 +271,7 @@ class VictoriaLogsClient:
             yield from self._lines(resp, query, "tail")
             if self._closed:
                 return
-            raise VictoriaLogsError("VictoriaLogs tail stream ended (server closed it)", status=200, query=query)
+            raise _vl_error("VictoriaLogs tail stream ended (server closed it)", query, status=200)
         finally:
             with self._lock:
                 self._open.discard(resp)
@@ -270,11 +291,11 @@ class VictoriaLogsClient:
         try:
             doc = resp.json()
         except ValueError as exc:
-            raise VictoriaLogsError("VictoriaLogs hits answer is not JSON", status=resp.status_code,
-                                    query=query, server_message=resp.text[:500]) from exc
+            raise _vl_error("VictoriaLogs hits answer is not JSON", query, status=resp.status_code,
+                            server_message=resp.text[:300]) from exc
         if not isinstance(doc, dict) or "hits" not in doc:
-            raise VictoriaLogsError("VictoriaLogs hits answer has no 'hits'", status=resp.status_code,
-                                    query=query, server_message=resp.text[:500])
+            raise _vl_error("VictoriaLogs hits answer has no 'hits'", query, status=resp.status_code,
+                            server_message=resp.text[:300])
         return doc
 
     # -- write API ------------------------------------------------------------------------

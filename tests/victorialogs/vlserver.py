@@ -27,6 +27,7 @@ parentheses; pipes ``sort by (_time [desc])``, ``fields a, b``, ``limit N``.
 
 from __future__ import annotations
 
+import bisect
 import hashlib
 import json
 import re
@@ -318,6 +319,13 @@ class Row:
     msg: str
     fields: dict[str, str]
     ingested: float
+    _matched: dict[str, bool] = field(default_factory=dict, repr=False)
+
+    def matches(self, q: Query) -> bool:
+        got = self._matched.get(q.text)
+        if got is None:
+            got = self._matched[q.text] = bool(q.match(self))
+        return got
 
     def get(self, name: str) -> str:
         if name == "_msg":
@@ -337,9 +345,28 @@ class Row:
 
 
 class Store:
+    """Rows in ingestion order plus a time index (bisect), so tail polls and catch-up queries
+    only look at their window."""
+
     def __init__(self) -> None:
         self.rows: list[Row] = []
+        self._times: list[tuple[int, int]] = []   # (t, ingest seq), sorted
+        self._by_time: list[Row] = []
+        self._seq = 0
         self.lock = threading.Lock()
+
+    def _index(self, row: Row) -> None:
+        key = (row.t, self._seq)
+        self._seq += 1
+        i = bisect.bisect_right(self._times, key)
+        self._times.insert(i, key)
+        self._by_time.insert(i, row)
+
+    def window(self, start: int | None, end: int | None, visible_before: float) -> list[Row]:
+        with self.lock:
+            lo = 0 if start is None else bisect.bisect_left(self._times, (start, -1))
+            hi = len(self._times) if end is None else bisect.bisect_right(self._times, (end, 1 << 62))
+            return [r for r in self._by_time[lo:hi] if r.ingested <= visible_before]
 
     def insert(self, docs: list[dict[str, Any]], stream_fields: list[str], now_ns: int) -> None:
         now = time.monotonic()
@@ -352,7 +379,9 @@ class Store:
                 labels = {k: flat[k] for k in sorted(stream_fields) if k in flat}
                 stream = "{" + ",".join(f'{k}={json.dumps(v)}' for k, v in labels.items()) + "}"
                 sid = "0" * 16 + hashlib.sha256(stream.encode()).hexdigest()[:32]
-                self.rows.append(Row(t, sid, stream, msg, flat, now))
+                row = Row(t, sid, stream, msg, flat, now)
+                self.rows.append(row)
+                self._index(row)
 
     def snapshot(self, visible_before: float) -> list[Row]:
         with self.lock:
@@ -362,8 +391,12 @@ class Store:
         with self.lock:
             keep = [r for r in self.rows if r.ingested < t_monotonic]
             lost = len(self.rows) - len(keep)
-            self.rows = keep
-            return lost
+            self.rows, self._times, self._by_time, self._seq = [], [], [], 0
+        for r in keep:
+            with self.lock:
+                self.rows.append(r)
+                self._index(r)
+        return lost
 
 
 # --------------------------------------------------------------------------- server
@@ -457,8 +490,8 @@ class VLServer:
         return self.store.snapshot(time.monotonic() - self.visibility_delay_s)
 
     def select(self, q: Query, start: int | None, end: int | None) -> list[Row]:
-        rows = [r for r in self.visible_rows() if (start is None or r.t >= start)
-                and (end is None or r.t <= end) and q.match(r)]
+        rows = [r for r in self.store.window(start, end, time.monotonic() - self.visibility_delay_s)
+                if r.matches(q)]
         if q.sort_desc is not None:
             rows.sort(key=lambda r: r.t, reverse=q.sort_desc)
         else:  # unsorted like the real server: grouped by stream, in ingestion order
