@@ -95,7 +95,7 @@ class Snapshot:
             if has_actions:
                 for aid, kind, target, inc, exc, reason in audit.conn.execute(
                         "SELECT id, kind, target, incident_id, exclude, reason FROM actions"
-                        " WHERE status = 'awaiting_approval' ORDER BY created_ts, id"):
+                        " WHERE status = 'awaiting_approval' ORDER BY created_ts, rowid"):
                     pending.append(PendingView(aid, kind, target, inc, tuple(json.loads(exc)), reason))
                 for kind, target, ts in audit.conn.execute(
                         "SELECT kind, target, executed_ts FROM actions WHERE executed_ts IS NOT NULL"):

@@ -114,7 +114,7 @@ class Remediator:
 
     # ------------------------------------------------------------------ state
     def _rows(self, where: str = "1", args: Sequence[Any] = ()) -> list[dict[str, Any]]:
-        cur = self.audit.conn.execute(f"SELECT {', '.join(_COLS)} FROM actions WHERE {where} ORDER BY created_ts, id",
+        cur = self.audit.conn.execute(f"SELECT {', '.join(_COLS)} FROM actions WHERE {where} ORDER BY created_ts, rowid",
                                       tuple(args))
         return [dict(zip(_COLS, r, strict=True)) for r in cur]
 

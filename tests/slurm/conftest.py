@@ -87,7 +87,9 @@ class Cluster:
                        check=True)
 
     def clean(self) -> None:
-        """Cancel every job and resume every drained/down node."""
+        """Restart any daemon a test stopped, cancel every job and resume every drained/down node."""
+        if "is UP" not in self.run("scontrol", "ping", check=False).stdout:
+            self.start()
         jobs = self.run("squeue", "-h", "-o", "%A").stdout.split()
         if jobs:
             self.run("scancel", *jobs, check=False)
