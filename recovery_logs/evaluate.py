@@ -39,6 +39,12 @@ INPUTS = ("auto", "text", "vl")
 TEXT_GLOBS = ("nodes/*/*.log", "nodes/*/*.log.gz", "job-*/*.out", "job-*/*.err")
 
 # replay adapter: (paths, truth) -> (incidents ranked most important first, summary dict)
+class EvalFloorMissed(RecoveryLogsError):
+    """One or more evaluation floors were missed (exit 1). Lives here until errors.py takes it."""
+
+    exit_code = 1
+
+
 ReplayFn = Callable[[list[Path], dict[str, Any]], tuple[list[Any], dict[str, Any]]]
 
 
@@ -295,5 +301,5 @@ def evaluate(root: str | Path, options: EvalOptions | None = None,
     return EvalReport(scores=scores, totals=t, missed=floors(t, o))
 
 
-__all__ = ["EvalOptions", "EvalReport", "ScenarioScore", "discover", "evaluate", "floors", "load_truth", "score",
+__all__ = ["EvalFloorMissed", "EvalOptions", "EvalReport", "ScenarioScore", "discover", "evaluate", "floors", "load_truth", "score",
            "scenario_inputs", "totals"]

@@ -94,5 +94,6 @@ def register(app: typer.Typer) -> None:
                 Console(width=width).print(f"replayed {x['lines']:,d} lines in {x['replay_s']:.2f}s "
                                            f"({x['replay_lines_per_s']:,.0f} lines/s)")
         if report.missed:
-            err.print("[bold red]eval: floor missed:[/] " + "; ".join(report.missed))
-            raise typer.Exit(1)
+            from recovery_logs.evaluate import EvalFloorMissed
+
+            raise EvalFloorMissed("eval: floor missed: " + "; ".join(report.missed), directory=str(directory))
