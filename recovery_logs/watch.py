@@ -67,6 +67,7 @@ class WatchOptions:
     config: EngineConfig | None = None
     max_keys: int = 2_000_000
     reconnect_backoff_s: float = 0.5
+    background_catchup: bool = True      # catch-up queries in a thread: a slow one never delays the tail
     decision: str = "record_only"
     extra: dict[str, Any] = field(default_factory=dict)
 
@@ -197,7 +198,8 @@ class Watcher:
                                  tail_start_offset=self.options.tail_start_offset,
                                  refresh=f"{int(self.options.refresh_s * 1000)}ms", resume_from_ns=resume,
                                  clock=self.clock, max_keys=self.options.max_keys,
-                                 reconnect_backoff_s=self.options.reconnect_backoff_s).start()
+                                 reconnect_backoff_s=self.options.reconnect_backoff_s,
+                                 background_catchup=self.options.background_catchup).start()
         if self.file_patterns:
             self.files = FileFollower(self.file_patterns, offsets=dict(self.cursor.files))
         return self

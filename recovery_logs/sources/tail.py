@@ -3,7 +3,8 @@ deduplication with bounded memory, and the persisted watch cursor.
 
 Contracts (see also ``recovery_logs.watch``):
 
-* :class:`VLFollower` — ``poll()`` never blocks longer than a catch-up query; it returns the
+* :class:`VLFollower` — ``poll()`` blocks at most for one catch-up query (never, with
+  ``background_catchup``, where a thread runs them); it returns the
   rows that are new since the last call (deduplicated by ``(_stream_id, _time ns, hash(_msg))``),
   sorted by ``_time``. The live tail runs in a daemon thread and reconnects forever with
   backoff (a reconnect replays ``start_offset``; the duplicates are dropped here). Because the
@@ -183,7 +184,7 @@ class VLFollower:
                  tail_start_offset: str = "5s", refresh: str = "1s", resume_from_ns: int | None = None,
                  clock: Callable[[], int] = time.time_ns, max_keys: int = 2_000_000,
                  reconnect_backoff_s: float = 0.5, reconnect_max_s: float = 10.0, use_tail: bool = True,
-                 tail_client: VictoriaLogsClient | None = None) -> None:
+                 tail_client: VictoriaLogsClient | None = None, background_catchup: bool = False) -> None:
         from recovery_logs.timeutil import parse_duration_s
 
         self.client = client
@@ -198,7 +199,12 @@ class VLFollower:
         self.replay_ns = int(parse_duration_s(tail_start_offset) * NS)
         self.clock = clock
         self.dedupe = Deduper(max_keys)
-        self.complete_ns = resume_from_ns
+        self.complete_ns = resume_from_ns          # rows up to here were handed out by poll()
+        self._query_frontier: int | None = None    # rows up to here were read by a finished query
+        self.background_catchup = background_catchup
+        self._caught: list[tuple[list[dict[str, str]], int]] = []
+        self._lock = threading.Lock()
+        self._catch_thread: threading.Thread | None = None
         self._next_catchup = 0
         self.stats: Counter[str] = Counter()
         self.newest_ns: int | None = None
@@ -215,6 +221,9 @@ class VLFollower:
         if self.use_tail and self._thread is None:
             self._thread = threading.Thread(target=self._tail_loop, daemon=True, name="vl-tail")
             self._thread.start()
+        if self.background_catchup and self._catch_thread is None:
+            self._catch_thread = threading.Thread(target=self._catchup_loop, daemon=True, name="vl-catchup")
+            self._catch_thread.start()
         return self
 
     def _tail_loop(self) -> None:
@@ -246,8 +255,9 @@ class VLFollower:
     def close(self) -> None:
         self._stop.set()
         self.tail_client.close()
-        if self._thread is not None:
-            self._thread.join(timeout=2.0)
+        for th in (self._thread, self._catch_thread):
+            if th is not None:
+                th.join(timeout=2.0)
 
     # poll -------------------------------------------------------------------------------
     def _accept(self, rows: list[dict[str, str]], out: list[tuple[int, dict[str, str]]]) -> None:
@@ -261,17 +271,40 @@ class VLFollower:
             if key[1] >= 0 and (self.newest_ns is None or key[1] > self.newest_ns):
                 self.newest_ns = key[1]
 
-    def catch_up(self, now_ns: int) -> list[dict[str, str]]:
-        """One ``/query`` over ``[complete - lateness, now - offset]``; raises VictoriaLogsError."""
+    def _window(self, now_ns: int) -> tuple[int, int]:
         hi = now_ns - self.offset_ns
-        lo = (self.complete_ns - self.lateness_ns) if self.complete_ns is not None else hi - self.lateness_ns
+        done = self._query_frontier if self._query_frontier is not None else self.complete_ns
+        lo = (done - self.lateness_ns) if done is not None else hi - self.lateness_ns
+        return lo, hi
+
+    def catch_up(self, now_ns: int) -> tuple[list[dict[str, str]], int]:
+        """One ``/query`` over ``[complete - lateness, now - offset]``; returns (rows, hi).
+        Raises VictoriaLogsError (a cut stream too): the frontier does not move then."""
+        lo, hi = self._window(now_ns)
         rows = list(self.client.query(self.query, start=lo, end=hi, fields=self.fields))
-        self.complete_ns = hi if self.complete_ns is None else max(self.complete_ns, hi)
+        self._query_frontier = hi if self._query_frontier is None else max(self._query_frontier, hi)
         self.stats["catchups"] += 1
-        return rows
+        return rows, hi
+
+    def _catchup_loop(self) -> None:
+        while not self._stop.is_set():
+            try:
+                rows, hi = self.catch_up(self.clock())
+                with self._lock:
+                    self._caught.append((rows, hi))
+                self.data_ready.set()
+            except VictoriaLogsError as exc:
+                if self._stop.is_set():
+                    return
+                self.stats["errors_catchup"] += 1
+                self.last_error = str(exc)
+                log.warning("VictoriaLogs catch-up: %s; retrying in %.1fs", exc, self.catchup_ns / NS)
+            if self._stop.wait(self.catchup_ns / NS):
+                return
 
     def poll(self, now_ns: int | None = None, force_catchup: bool = False) -> list[dict[str, str]]:
-        """New rows since the last poll, deduplicated, sorted by ``_time`` (then arrival)."""
+        """New rows since the last poll, deduplicated, sorted by ``_time`` (then arrival).
+        ``complete_ns`` moves only here, once a finished catch-up's rows are handed out."""
         now = self.clock() if now_ns is None else now_ns
         got: list[tuple[int, dict[str, str]]] = []
         drained: list[dict[str, str]] = []
@@ -282,15 +315,23 @@ class VLFollower:
             except queue.Empty:
                 break
         self._accept(drained, got)
-        if force_catchup or now >= self._next_catchup:
+        caught: list[tuple[list[dict[str, str]], int]] = []
+        if self.background_catchup and self._catch_thread is not None:
+            with self._lock:
+                caught, self._caught = self._caught, []
+        elif force_catchup or now >= self._next_catchup:
             self._next_catchup = now + self.catchup_ns
             try:
-                self._accept(self.catch_up(now), got)
+                caught.append(self.catch_up(now))
                 self.last_error = None
             except VictoriaLogsError as exc:
                 self.stats["errors_catchup"] += 1
                 self.last_error = str(exc)
                 log.warning("VictoriaLogs catch-up: %s; retrying in %.1fs", exc, self.catchup_ns / NS)
+        for rows, hi in caught:
+            self._accept(rows, got)
+            self.complete_ns = hi if self.complete_ns is None else max(self.complete_ns, hi)
+            self.last_error = None
         horizon = min((self.complete_ns or now) - self.lateness_ns, now - self.offset_ns - self.replay_ns) - NS
         self.dedupe.evict_before(horizon)
         got.sort(key=lambda tr: tr[0])
