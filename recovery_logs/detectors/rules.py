@@ -78,8 +78,9 @@ def winners(events: pl.DataFrame, pack: RulePack, prune_benign: bool = True) -> 
             pairs.append(m.select("_row", pl.lit(u, pl.UInt32).alias("_u"), "message"))
     if not pairs:
         return pl.DataFrame(schema=out_schema)
-    cand = (pl.concat(pairs).unique(["_row", "_u"])
-            .join(unit_tab, on="_u", how="left")
+    # Sorted by pattern so that consecutive rows reuse Polars' compiled-regex cache.
+    cand = (pl.concat(pairs).unique(["_row", "_u"]).sort("_u")
+            .join(unit_tab, on="_u", how="left", maintain_order="left")
             .filter(pl.col("message").str.contains(pl.col("_pattern"))))
     return (cand.sort(["_row", "_u"]).unique("_row", keep="first", maintain_order=True)
             .select("_row", "_u", "_rule_id", "message"))
