@@ -99,8 +99,11 @@ class AuditRecord:
 
     def summary(self) -> str:
         p = self.payload
-        bits = [str(p[k]) for k in ("action", "kind", "target", "decision", "outcome", "status")
-                if k in p and p[k] not in (None, "")]
+        bits = [str(p["action_id"])] if self.kind in ("approval", "rejection") and p.get("action_id") else []
+        bits += [str(p[k]) for k in ("kind", "target", "decision", "outcome", "status", "event")
+                 if k in p and p[k] not in (None, "")]
+        if p.get("by"):
+            bits.append(f"by {p['by']}")
         msg = p.get("reason") or p.get("message") or ""
         return " ".join(bits) + (f" — {msg}" if msg else "")
 

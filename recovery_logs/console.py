@@ -51,7 +51,7 @@ class PendingView:
     target: str | None
     incident_id: str | None
     exclude: tuple[str, ...]
-    reason: str
+    cause: str
 
 
 @dataclass(frozen=True)
@@ -94,7 +94,7 @@ class Snapshot:
             window = float(pol.get("breaker", {}).get("window_s", 3600))
             if has_actions:
                 for aid, kind, target, inc, exc, reason in audit.conn.execute(
-                        "SELECT id, kind, target, incident_id, exclude, reason FROM actions"
+                        "SELECT id, kind, target, incident_id, exclude, cause FROM actions"
                         " WHERE status = 'awaiting_approval' ORDER BY created_ts, rowid"):
                     pending.append(PendingView(aid, kind, target, inc, tuple(json.loads(exc)), reason))
                 for kind, target, ts in audit.conn.execute(
@@ -128,11 +128,11 @@ class Snapshot:
 
     def _pending(self) -> Table:
         t = Table(title="Awaiting approval  (recovery-logs approve ID | reject ID)", title_justify="left", expand=True)
-        for col in ("action", "kind", "target", "incident", "reason"):
+        for col in ("action", "kind", "target", "incident", "cause"):
             t.add_column(col, no_wrap=col in ("action",))
         for p in self.pending:
             tgt = (p.target or "-") + (f" (exclude {','.join(p.exclude)})" if p.exclude else "")
-            t.add_row(p.action_id, p.kind, tgt, p.incident_id or "-", p.reason)
+            t.add_row(p.action_id, p.kind, tgt, p.incident_id or "-", p.cause)
         if not self.pending:
             t.add_row("none", "", "", "", "")
         return t

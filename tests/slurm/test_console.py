@@ -1,0 +1,62 @@
+"""Console: golden render at a fixed width from a state dir built with a fake clock."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from recovery_logs.console import Snapshot, render
+from recovery_logs.remediation.remediator import Remediator
+
+GOLDEN = Path(__file__).parent / "golden" / "console_once_w100.txt"
+
+
+class NoSlurm:
+    """Approve mode never touches Slurm before an approval: any command is a test failure."""
+
+    def run(self, argv, timeout_s):
+        raise AssertionError(f"unexpected Slurm command {argv}")
+
+
+def _state(tmp_path: Path, incident, clock) -> Path:
+    rem = Remediator.from_options(tmp_path, mode="approve", runner=NoSlurm(), clock=clock, cluster_nodes=4)
+    incs = [incident("inc-7f3a9c0d11e2", "gpu-n03", "4117"),
+            incident("inc-19b2c4d5e6f7", "gpu-n01", "4120", kinds=("investigate",), severity="medium",
+                     cause="NCCL watchdog timeout on rank 5", confidence=0.55),
+            incident("inc-aa00bb11cc22", "gpu-n02", "4121", kinds=("drain",), cause="XID 48 double-bit ECC error",
+                     confidence=0.8)]
+    for inc in incs:
+        rem.handle([inc])
+        clock.advance(7)
+    pending = rem.actions("awaiting_approval")
+    rem.reject(pending[-1]["id"], by="alice", reason="node already in RMA")
+    clock.advance(3)
+    rem.close()
+    return tmp_path
+
+
+def test_console_golden_render(tmp_path: Path, incident, clock):
+    sd = _state(tmp_path, incident, clock)
+    text = render(Snapshot.load(sd, now=clock()), width=100)
+    if os.environ.get("RL_UPDATE_GOLDEN"):
+        GOLDEN.write_text(text, encoding="utf-8")
+    assert text == GOLDEN.read_text(encoding="utf-8")
+    assert all(len(line) <= 100 for line in text.splitlines())
+
+
+def test_console_once_cli(tmp_path: Path, incident, clock):
+    sd = _state(tmp_path, incident, clock)
+    p = subprocess.run([sys.executable, "-m", "recovery_logs.cli", "console", "--once", "--width", "100",
+                        "--state-dir", str(sd)], capture_output=True, text=True, timeout=60)
+    assert p.returncode == 0, p.stderr
+    snap = Snapshot.load(sd)
+    assert [v.id for v in snap.incidents] == ["inc-7f3a9c0d11e2", "inc-aa00bb11cc22", "inc-19b2c4d5e6f7"]
+    assert len(snap.pending) == 2
+    for pv in snap.pending:
+        assert pv.action_id in p.stdout
+    assert "mode approve | budget 0/10 this hour" in p.stdout
+    missing = subprocess.run([sys.executable, "-m", "recovery_logs.cli", "console", "--once", "--state-dir",
+                              str(tmp_path / "none")], capture_output=True, text=True, timeout=60)
+    assert missing.returncode == 12 and "no audit database" in missing.stderr
