@@ -8,7 +8,8 @@ Pure functions of frames. Two groups of columns:
   coefficient of variation and the ratio of the median to
   the (host, job)'s own baseline and to the job's median over hosts in the same window.
 * **event features** (need the events frame): events, log rate (events/s), its deviation from
-  the (host, job)'s own baseline (``log1p(rate) - log1p(baseline)``), distinct templates, new
+  the (host, job)'s own baseline (``log1p(rate) - log1p(baseline)``, and in units of Poisson noise
+  ``(n - baseline) / sqrt(baseline)``), distinct templates, new
   templates (first seen in this window within the frame given) and their share, and NVML
   aggregates (max temperature, mean power, samples) from ``source == "nvml"`` events.
 
@@ -35,12 +36,12 @@ FINDING_FEATURES = CATEGORY_FEATURES + [
 # Scale-free finding features (comparable across jobs of different size and speed): the default model's.
 MODEL_FEATURES = CATEGORY_FEATURES + [
     "n_findings", "n_rules", "n_cause", "n_symptom", "progress_ratio",
-    "step_time_tail", "step_time_cv", "step_time_ratio", "step_time_rel_job", "log_rate_dev",
+    "step_time_tail", "step_time_cv", "step_time_ratio", "step_time_rel_job", "log_rate_dev", "log_rate_z",
 ]
 # What the pipeline's AnomalyDetector can compute: findings plus the windows frame's line counts.
-PIPELINE_FEATURES = FINDING_FEATURES + ["n_events", "log_rate", "log_rate_dev"]
+PIPELINE_FEATURES = FINDING_FEATURES + ["n_events", "log_rate", "log_rate_dev", "log_rate_z"]
 EVENT_FEATURES = [
-    "n_events", "log_rate", "log_rate_dev", "n_templates", "new_templates", "new_template_frac",
+    "n_events", "log_rate", "log_rate_dev", "log_rate_z", "n_templates", "new_templates", "new_template_frac",
     "nvml_temp_max", "nvml_power_mean", "nvml_samples",
 ]
 ALL_FEATURES = FINDING_FEATURES + EVENT_FEATURES
@@ -57,6 +58,13 @@ def window_ns(window: str | float) -> int:
 
 def _bucket(wn: int) -> pl.Expr:
     return ((pl.col("time").dt.epoch("ns") // wn) * wn).alias("_w")
+
+
+def _poisson_z(df: pl.DataFrame, col: str, out: str, k: int) -> pl.DataFrame:
+    """(count - causal baseline median) / sqrt(max(baseline, 1)): a burst in units of Poisson noise."""
+    base = pl.col(col).shift(1).rolling_median(k, min_samples=1).over(["host", "job_id"], order_by="_w")
+    expr = (pl.col(col) - base) / pl.max_horizontal(base, pl.lit(1.0)).sqrt()
+    return df.with_columns(expr.fill_null(0.0).fill_nan(0.0).alias(out))
 
 
 def _baseline_ratio(df: pl.DataFrame, col: str, out: str, k: int, log_diff: bool) -> pl.DataFrame:
@@ -126,6 +134,7 @@ def event_features(events: pl.DataFrame, window: str | float = "60s", baseline_w
         (pl.col("new_templates") / pl.col("n_templates")).alias("new_template_frac"))
     df = _baseline_ratio(df.sort(["host", "job_id", "_w"], nulls_last=True), "log_rate", "log_rate_dev",
                          baseline_windows, log_diff=True)
+    df = _poisson_z(df, "n_events", "log_rate_z", baseline_windows)
     return _finish(df, EVENT_FEATURES)
 
 
@@ -135,13 +144,15 @@ def line_features(windows: pl.DataFrame, window: str | float = "60s", baseline_w
     wn = window_ns(window)
     if windows.is_empty() or "lines" not in windows.columns:
         return pl.DataFrame(schema={"host": pl.String, "job_id": pl.String, "window_start": TIME,
-                                    "n_events": pl.Float64, "log_rate": pl.Float64, "log_rate_dev": pl.Float64})
+                                    "n_events": pl.Float64, "log_rate": pl.Float64, "log_rate_dev": pl.Float64,
+                                    "log_rate_z": pl.Float64})
     w = windows.select("host", "job_id", pl.col("window_start").alias("time"), "lines").with_columns(_bucket(wn))
     df = w.group_by(["host", "job_id", "_w"]).agg(pl.col("lines").sum().cast(pl.Float64).alias("n_events"))
     df = df.with_columns((pl.col("n_events") / (wn / _NS)).alias("log_rate"))
     df = _baseline_ratio(df.sort(["host", "job_id", "_w"], nulls_last=True), "log_rate", "log_rate_dev",
                          baseline_windows, log_diff=True)
-    return _finish(df, ["n_events", "log_rate", "log_rate_dev"])
+    df = _poisson_z(df, "n_events", "log_rate_z", baseline_windows)
+    return _finish(df, ["n_events", "log_rate", "log_rate_dev", "log_rate_z"])
 
 
 def pipeline_features(findings: pl.DataFrame, windows: pl.DataFrame, window: str | float = "60s",

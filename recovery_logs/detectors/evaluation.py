@@ -9,7 +9,7 @@
   detectors: precision / recall, culprit accuracy, detection latency and, for hangs, lead time
   over the NCCL watchdog (the first watchdog line the scenario logs).
 * ``inject_novel_fault(src, dst, ...)`` — copies a scenario and adds a burst of log lines that no
-  rule covers (a Lustre client error storm) on one node, for the isolation forest's novel-fault
+  rule covers (a Lustre/LNet client timeout storm) on one node, for the isolation forest's novel-fault
   evaluation (``evaluate_novel``).
 
 Numbers are event-time seconds. Nothing here prints; the CLI (``train``) and benchmarks do.
@@ -69,8 +69,19 @@ def replay_rules(path: str | Path) -> Replayed:
     return Replayed(p, res.engine.findings, res.engine.windows, truth, int(res.engine.max_time_ns or 0))
 
 
-def training_frame(paths: list[str | Path], window: str = "60s") -> pl.DataFrame:
-    """Feature rows (``KEYS + PIPELINE_FEATURES`` plus ``source``) from every path given."""
+def _before_fault(feats: pl.DataFrame, truth: dict[str, Any] | None, window: str) -> pl.DataFrame:
+    """Windows that end before the scenario's first fault (all of them for a healthy run)."""
+    ft = _t((truth or {}).get("fault_time"))
+    if ft is None:
+        return feats
+    return feats.filter(pl.col("window_start").dt.epoch("ns") + window_ns(window) <= ft)
+
+
+def training_frame(paths: list[str | Path], window: str = "60s", normal_only: bool = False) -> pl.DataFrame:
+    """Feature rows (``KEYS + PIPELINE_FEATURES`` plus ``source``) from every path given.
+
+    ``normal_only``: keep only windows that end before each scenario's fault time (truth.json),
+    i.e. train a novelty detector on normal operation."""
     frames = []
     for raw in paths:
         p = Path(raw)
@@ -85,7 +96,10 @@ def training_frame(paths: list[str | Path], window: str = "60s") -> pl.DataFrame
         dirs = scenario_dirs(p) or [p]
         for d in dirs:
             r = replay_rules(d)
-            frames.append(pipeline_features(r.findings, r.windows, window).with_columns(pl.lit(str(d)).alias("source")))
+            feats = pipeline_features(r.findings, r.windows, window)
+            if normal_only:
+                feats = _before_fault(feats, r.truth, window)
+            frames.append(feats.with_columns(pl.lit(str(d)).alias("source")))
     if not frames:
         raise TrainingDataError("train: no training data found", paths=[str(p) for p in paths])
     return pl.concat(frames, how="diagonal_relaxed")
@@ -196,15 +210,15 @@ def evaluate(root: str | Path, anomaly: Any = None, window: str = "60s") -> dict
 # -- novel faults -------------------------------------------------------------------------------
 
 NOVEL_TEMPLATES = (
-    "LustreError: 11-0: scratch-OST{o:04x}-osc-ffff9a{h:06x}: operation ost_write to node 10.{a}.0.{b}@o2ib failed: rc = -107",
+    "Lustre: 11-0: scratch-OST{o:04x}-osc-ffff9a{h:06x}: operation ost_write to node 10.{a}.0.{b}@o2ib failed: rc = -107",
     "Lustre: scratch-OST{o:04x}-osc-ffff9a{h:06x}: Connection to scratch-OST{o:04x} (at 10.{a}.0.{b}@o2ib) was lost; in progress operations using this service will wait for recovery to complete",
-    "LustreError: {p}:0:(client.c:1174:ptlrpc_import_delay_req()) @@@ IMP_INVALID  req@ffff9a{h:06x} x{p}/t0(0) o4->scratch-OST{o:04x}-osc",
+    "LNet: {p}:0:(o2iblnd_cb.c:3370:kiblnd_check_conns()) Timed out tx for 10.{a}.0.{b}@o2ib: {o} seconds",
 )
 
 
 def inject_novel_fault(src: str | Path, dst: str | Path, node: str | None = None, at_s: float = 3000.0,
                        lines: int = 400, span_s: float = 90.0, seed: int = 0) -> dict[str, Any]:
-    """Copy scenario ``src`` to ``dst`` and append a Lustre error storm to ``node``'s kern.log,
+    """Copy scenario ``src`` to ``dst`` and append a Lustre/LNet timeout storm to ``node``'s kern.log,
     ``at_s`` seconds after the scenario start. Rewrites truth.json for the injected fault."""
     import datetime as dt
 
