@@ -116,8 +116,9 @@ def _extract(sub: pl.DataFrame, rule: Rule, pattern: str) -> pl.DataFrame:
         if c in ("xid", "gpu", "nccl_seq", "step") and c in names:
             e = e.str.replace_all(",", "")
         if c == "pci":
-            e = e.str.to_lowercase().str.replace(r"^(?:pci:)?([0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2})(?:\.[0-7])?$",
-                                                  "$1")
+            # "0000:3B:00.0" / "00000000:3b:00.0" / "PCI:0000:3b:00" -> "0000:3b:00", as Xid lines print it
+            e = e.str.to_lowercase().str.replace(
+                r"^(?:pci:)?(?:0000)?([0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2})(?:\.[0-7])?$", "$1")
         exprs.append(e.cast(dtype, strict=False).alias(c))
     if detail_fields:
         exprs.append(pl.struct(detail_fields).struct.json_encode().alias("_detail"))

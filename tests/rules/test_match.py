@@ -50,6 +50,7 @@ def test_xid_79_fields_and_catalog_classification(pack, make_events):
 @pytest.mark.parametrize("line", [
     "NVRM: GPU 0000:3b:00.0: GPU has fallen off the bus.",
     "NVRM: The NVIDIA GPU 0000:3b:00.0 (PCI ID: 10de:2330) installed in this\nNVRM: system has fallen off the bus and is not responding to commands.",
+    "Unable to determine the device handle for GPU00000000:3B:00.0: GPU is lost.  Reboot the system to recover this GPU",
 ])
 def test_fallen_off_bus_without_xid_is_79(pack, make_events, line):
     r = one(pack, make_events, line)
