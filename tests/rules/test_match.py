@@ -125,6 +125,7 @@ def test_nccl_fields(pack, make_events):
     ("Epoch 0: :   3%|▎         | 300/10000 [02:45<1:29:10, reduced_train_loss=2.340, global_step=299.0, consumed_samples=38400.0, train_step_timing in s=0.55]", 300, 0.55),
     ("Epoch 0:  10%|█         | 100/1000 [00:45<06:45,  2.50it/s, v_num=0, train_loss=2.34]", 100, 0.4),
     (" 10%|█         | 100/1000 [01:40<15:00,  1.25s/it]", 100, 1.25),
+    ("\r 10%|█         | 100/1000 [01:40<15:00,  1.00it/s]\r 10%|█         | 101/1000 [01:41<15:00,  1.25it/s]", 101, 0.8),
     ("step 100 | loss 2.345 | lr 3e-4 (0.45 s/step)", 100, 0.45),
     ("[rank3] step 100 step_time=0.452s", 100, 0.452),
     ("[rank10]: step 1913 | loss 1.9403 | lr 3.0e-04 | tokens/s 100365 | mfu 41.2%", 1913, None),
