@@ -121,8 +121,10 @@ def load_cases(data: Sequence[str | Path], config: EngineConfig | None = None) -
             seen[name] = n + 1
             res = replay(paths, ReplayOptions(config=cfg), engine=Engine(cfg, pack=pack))
             first = res.summary.get("first_event")
-            hosts = frozenset(res.engine.windows["host"].drop_nulls().unique().to_list())
-            cases.append(Case(name if n == 0 else f"{name}#{n}", tuple(paths), load_truth(tdir) if tdir else None,
+            truth = load_truth(tdir) if tdir else None
+            # the job's nodes when the truth names them (logs also carry controller hosts)
+            hosts = frozenset((truth or {}).get("nodes") or res.engine.windows["host"].drop_nulls().unique().to_list())
+            cases.append(Case(name if n == 0 else f"{name}#{n}", tuple(paths), truth,
                               tuple(incident_dicts(res)), iso_to_ns(first) if first else None, hosts))
     return cases
 
