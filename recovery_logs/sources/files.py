@@ -140,17 +140,22 @@ def _chunk_bytes(opts: ReadOptions) -> int:
 
 
 def _dmesg_boot_estimate(fp: Path, gz: bool, mtime_ns: int) -> int | None:
-    """Boot time ~ mtime minus the last uptime in the file's last 64 KiB (plain files only)."""
-    if gz:
-        return None
+    """Boot time ~ mtime minus the last uptime in the file (its last 64 KiB; a gzip file is
+    streamed through once to find it)."""
     try:
-        with open(fp, "rb") as fh:
-            fh.seek(0, os.SEEK_END)
-            size = fh.tell()
-            fh.seek(max(0, size - 65536))
-            tail = fh.read()
-    except OSError:
-        return None
+        if gz:
+            tail = b""
+            with gzip.open(fp, "rb") as fh:
+                while chunk := fh.read(1 << 20):
+                    tail = (tail + chunk)[-65536:]
+        else:
+            with open(fp, "rb") as fh:
+                fh.seek(0, os.SEEK_END)
+                size = fh.tell()
+                fh.seek(max(0, size - 65536))
+                tail = fh.read()
+    except (OSError, EOFError, zlib.error):
+        return None   # the reader itself reports a corrupt file
     hits = _UPTIME.findall(tail)
     if not hits:
         return None

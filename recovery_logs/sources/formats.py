@@ -106,6 +106,9 @@ class ParseContext:
     boot_time_ns: int | None = None
     boot_inferred: bool = False
     host_fields: tuple[str, ...] = ("host", "hostname", "host.name", "_HOSTNAME")
+    # when the year was guessed from the file's mtime: a yearless time more than 2 days after it
+    # belongs to the year before (a December line in a file written in January)
+    rollover_after_ns: int | None = None
 
 
 def file_source_kind(path: str) -> str | None:
@@ -126,6 +129,15 @@ def naive_to_utc_ns(dt: pl.Expr, tz: str) -> pl.Expr:
     if tz.upper() == "UTC":
         return dt.dt.epoch("ns")
     return dt.dt.replace_time_zone(tz, ambiguous="earliest", non_existent="null").dt.epoch("ns")
+
+
+def _yearless(dt: pl.Expr, ctx: ParseContext) -> pl.Expr:
+    """ns UTC of a naive datetime parsed with ``ctx.year``, rolled back a year when past the mtime."""
+    ns = naive_to_utc_ns(dt, ctx.tz)
+    if ctx.rollover_after_ns is None:
+        return ns
+    prev = naive_to_utc_ns(dt.dt.offset_by("-1y"), ctx.tz)
+    return pl.when(ns > ctx.rollover_after_ns).then(prev).otherwise(ns)
 
 
 def _frac_ns(frac: pl.Expr) -> pl.Expr:
@@ -171,7 +183,7 @@ def parse_syslog(lines: pl.DataFrame, ctx: ParseContext) -> pl.DataFrame:
     # RFC3164 time: year from ctx
     b_str = pl.concat_str([pl.lit(str(ctx.year)), bf(1), bf(2).str.zfill(2), bf(3)], separator=" ")
     b_dt = b_str.str.strptime(pl.Datetime("us"), "%Y %b %d %H:%M:%S", strict=False)
-    b_ns = naive_to_utc_ns(b_dt, ctx.tz) + _frac_ns(bf(4))
+    b_ns = _yearless(b_dt, ctx) + _frac_ns(bf(4))
     a_ns = rfc3339_ns(af(2))
     c_ns = rfc3339_ns(cf(1))
     host = pl.when(is_a).then(af(3)).when(is_b).then(bf(5)).when(is_c).then(cf(2))
@@ -232,8 +244,7 @@ def parse_job(lines: pl.DataFrame, ctx: ParseContext) -> pl.DataFrame:
     g = b.str.extract_groups(RE_GLOG)
     gf = lambda i: g.struct.field(str(i))  # noqa: E731
     g_str = pl.concat_str([pl.lit(str(ctx.year)), gf(2), gf(3), gf(4)], separator=" ")
-    g_ns = naive_to_utc_ns(g_str.str.strptime(pl.Datetime("us"), "%Y %m %d %H:%M:%S", strict=False),
-                           ctx.tz) + _frac_ns(gf(5))
+    g_ns = _yearless(g_str.str.strptime(pl.Datetime("us"), "%Y %m %d %H:%M:%S", strict=False), ctx) + _frac_ns(gf(5))
     iso = b.str.extract_groups(RE_ISO_LEAD)
     i_time, i_zone = iso.struct.field("1"), iso.struct.field("2")
     i_ns_utc = rfc3339_ns(pl.concat_str([i_time, i_zone.fill_null("")]))

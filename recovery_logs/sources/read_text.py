@@ -18,6 +18,7 @@ for any split of the same bytes, because every decision is a function of the lin
 from __future__ import annotations
 
 import collections
+import dataclasses
 import os
 import re
 import time as _time
@@ -81,8 +82,9 @@ class TextParser:
                 mtime_ns = _time.time_ns()
         self.mtime_ns = mtime_ns
         year = opts.year or _time.gmtime(mtime_ns // 1_000_000_000).tm_year
+        rollover = None if opts.year else mtime_ns + 2 * 86_400 * 1_000_000_000
         self.ctx = ParseContext(file=file, year=year, tz=opts.tz, boot_time_ns=opts.boot_time_ns,
-                                host_fields=opts.host_fields)
+                                host_fields=opts.host_fields, rollover_after_ns=rollover)
         self.path_host = path_field(file, opts.path_host_regex) if opts.path_host_regex else None
         self.path_job = path_field(file, opts.path_job_regex) if opts.path_job_regex else None
         self.finisher = Finisher(file, seq_start, dedup)
@@ -100,8 +102,7 @@ class TextParser:
 
     def set_boot_time(self, boot_ns: int, inferred: bool) -> None:
         """Absolute time of uptime 0 for relative dmesg lines (call before the first feed)."""
-        self.ctx = ParseContext(file=self.ctx.file, year=self.ctx.year, tz=self.ctx.tz, boot_time_ns=boot_ns,
-                                boot_inferred=inferred, host_fields=self.ctx.host_fields)
+        self.ctx = dataclasses.replace(self.ctx, boot_time_ns=boot_ns, boot_inferred=inferred)
 
     # --- public -------------------------------------------------------------------------------
     def feed(self, data: bytes) -> Batch:
@@ -242,22 +243,25 @@ class TextParser:
         if final:
             cut = end + 1
         else:
-            spans = g.group_by("gkey").agg(pl.col("lineno").min().alias("first"), pl.col("lineno").max().alias("last"))
             cut = end - CONT_WINDOW + 1
-            while True:
-                lo = spans.filter(pl.col("last") >= cut)["first"].min()
+            # records reaching into the last CONT_WINDOW lines may still grow: the earliest first line
+            # of those (groups are identified by their first line, so no group_by is needed) ...
+            tail = g.filter(pl.col("lineno") >= cut)
+            while tail.height:
+                lo = tail["gfirst"].min()
                 if lo is None or lo >= cut:
                     break
                 cut = int(lo)
+                tail = g.filter(pl.col("lineno") >= cut)
         # --- time inference -------------------------------------------------------------------
         g = g.with_columns(ff=pl.col("ts").forward_fill())
         if self._last_ts is not None:
             g = g.with_columns(ff=pl.col("ff").fill_null(self._last_ts))
         if self._head_fill is None:
-            timed = g.filter(pl.col("ts").is_not_null())
-            if timed.height and int(timed["lineno"][0]) <= HEAD_HOLD:
-                self._head_fill = int(timed["ts"][0])
-            elif timed.height or end >= HEAD_HOLD or final:
+            idx = g["ts"].is_not_null().arg_true()
+            if idx.len() and int(g["lineno"][idx[0]]) <= HEAD_HOLD:
+                self._head_fill = int(g["ts"][idx[0]])
+            elif idx.len() or end >= HEAD_HOLD or final:
                 self._head_fill = self.mtime_ns
             else:
                 cut = int(g["lineno"].min())   # hold everything until we know
@@ -272,16 +276,14 @@ class TextParser:
                 self._last_ts = int(last_ff)
         emit = emit.filter(~pl.col("drop"))
         # --- records ---------------------------------------------------------------------------
-        emit = emit.with_columns(first=pl.col("lineno").min().over("gkey"))
-        firsts = emit.filter(pl.col("lineno") == pl.col("first"))
-        multi = emit.filter(pl.col("first") != pl.col("lineno"))
+        firsts = emit.filter(~pl.col("cont"))
+        multi = emit.filter(pl.col("cont"))
         stats["multiline_joined"] += multi.height
         if multi.height:
-            joined = (emit.filter(pl.col("gkey").is_in(multi["gkey"].unique().implode()))
-                      .group_by("gkey").agg(pl.col("message").str.join("\n").alias("_joined")))
-            firsts = firsts.join(joined, on="gkey", how="left").with_columns(
-                message=pl.coalesce("_joined", "message")).drop("_joined")
-        firsts = firsts.sort("lineno")
+            joined = (emit.filter(pl.col("gfirst").is_in(multi["gfirst"].unique().implode()))
+                      .group_by("gfirst").agg(pl.col("message").str.join("\n").alias("_joined")))
+            firsts = firsts.join(joined, on="gfirst", how="left").with_columns(
+                message=pl.coalesce("_joined", "message")).drop("_joined").sort("lineno")
         firsts = self._fill_ids(firsts, line_host_first=self.fmt != "job")
         own = pl.col("ts").is_not_null() & ~pl.col("ts_inferred")
         return firsts.select(
@@ -293,7 +295,8 @@ class TextParser:
 
 
 def group_records(p: pl.DataFrame, fmt: str) -> pl.DataFrame:
-    """Add ``gkey`` (record id) and ``drop`` (stand-alone blank line) to parsed lines.
+    """Add ``cont`` (joins the previous line of its stream), ``gfirst`` (record id: the line number of
+    the record's first line) and ``drop`` (stand-alone blank line) to parsed lines.
 
     Continuations join the previous line of the same stream (same rank; for syslog also the same
     host) within ``CONT_WINDOW`` lines:
@@ -353,8 +356,11 @@ def group_records(p: pl.DataFrame, fmt: str) -> pl.DataFrame:
         cont = nv | ind_cont
     p = p.with_columns(cont=cont.fill_null(False))
     p = p.with_columns(drop=pl.col("blank") & ~pl.col("cont"))
-    p = p.with_columns(gid=(~pl.col("cont") & ~pl.col("drop")).cast(pl.Int64).cum_sum().over("key"))
-    return p.with_columns(gkey=pl.concat_str([pl.col("key"), pl.col("gid").cast(pl.String)], separator="#"))
+    start = ~pl.col("cont") & ~pl.col("drop")
+    return p.select(
+        "lineno", "text", "ts", "ts_inferred", "has_ts", "host", "job_id", "source", "rank", "stream_id", "message",
+        "cont", "drop",
+        gfirst=pl.coalesce(pl.when(start).then(pl.col("lineno")).forward_fill().over("key"), pl.col("lineno")))
 
 
 def _decode(b: bytes) -> tuple[str, list[tuple[int, str]]]:

@@ -225,3 +225,27 @@ def test_parquet_compatible_frame_is_conformed(tmp_path):
     exp = events_frame([dict(time="2026-11-29T14:06:00.123456789Z", line=7, host="gpu-n1", source=None,
                              message="hello")], pq)
     assert_frame_equal(r.events, exp)
+
+
+def test_yearless_times_roll_back_a_year_past_the_mtime(tmp_path):
+    import os
+    p = tmp_path / "gpu-n01.kern.log"
+    p.write_text("Dec 31 23:59:59 gpu-n01 kernel: old year\nJan 01 00:00:01 gpu-n01 kernel: new year\n")
+    mtime = iso_to_ns("2027-01-01T00:10:00Z")
+    os.utime(p, ns=(mtime, mtime))
+    r = read_paths([p])
+    assert r.events["time"].dt.epoch("ns").to_list() == [iso_to_ns("2026-12-31T23:59:59Z"),
+                                                         iso_to_ns("2027-01-01T00:00:01Z")]
+    fixed = read_paths([p], ReadOptions(year=2027))      # an explicit year is taken as given
+    assert fixed.events["time"].dt.year().to_list() == [2027, 2027]
+
+
+def test_dmesg_gzip_boot_time_estimated_from_the_whole_stream(tmp_path):
+    import os
+    p = tmp_path / "gpu-n02.dmesg.gz"
+    with gzip.open(p, "wb") as g:
+        g.write(b"[   10.000000] a\n[   70.250000] b\n")
+    mtime = iso_to_ns("2026-11-29T14:00:00Z")
+    os.utime(p, ns=(mtime, mtime))
+    r = read_paths([p])
+    assert r.events["time"].dt.epoch("ns").to_list() == [mtime - 60_250_000_000, mtime]
