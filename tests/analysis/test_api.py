@@ -190,3 +190,10 @@ def test_unknown_bundled_incident_is_a_config_error():
         rl.bundled_incident("nope")
     assert "xid79_nccl_cascade" in rl.bundled_incident_names()
     assert rl.load_truth(rl.bundled_incident("healthy"))["expect_incident"] is False
+
+
+def test_docstring_examples_hold():
+    import doctest
+
+    res = doctest.testmod(rl, optionflags=doctest.ELLIPSIS)
+    assert res.attempted >= 2 and res.failed == 0

@@ -169,3 +169,29 @@ def test_grading_from_a_real_audit_trail(tmp_path):
     grades, table = grading_from_state(tmp_path, gate=PromotionGate(0.5, 1))
     assert table.select("root_rule", "promoted").rows() == [("xid.79", True)]
     assert grades.height == 2
+
+
+def test_grade_command_reads_the_state_dir(tmp_path):
+    from typer.testing import CliRunner
+
+    from recovery_logs.cli import app
+
+    log = AuditLog.open(tmp_path, clock=lambda: 1000.0)
+    inc = {"id": "inc-1", "category": "xid", "node": "n1", "job_id": "7", "xid": 79, "rule_ids": ["xid.79"],
+           "evidence": [], "first_seen": "2026-11-29T14:00:00Z"}
+    log.append("detection", inc, incident_id="inc-1")
+    log.append("proposal", {"action_id": "act-1", "kind": "drain_node", "target": "n1"}, incident_id="inc-1",
+               action_id="act-1")
+    log.append("approval", {"action_id": "act-1", "by": "alice"}, incident_id="inc-1", action_id="act-1")
+    log.close()
+    out = CliRunner().invoke(app, ["grade", "--state-dir", str(tmp_path), "--min-precision", "0.5",
+                                   "--min-incidents", "1", "--json"])
+    assert out.exit_code == 0, out.output
+    import json
+
+    doc = json.loads(out.stdout)
+    assert doc["rules"] == [{"root_rule": "xid.79", "proposals": 1, "right": 1, "wrong": 0, "unknown": 0,
+                             "graded_incidents": 1, "precision": 1.0, "promoted": True}]
+    assert doc["grades"][0]["basis"] == "operator approved"
+    text = CliRunner().invoke(app, ["grade", "--state-dir", str(tmp_path), "--width", "120"])
+    assert text.exit_code == 0 and "promoted" in text.stdout
