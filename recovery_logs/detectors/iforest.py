@@ -10,7 +10,7 @@ anomalous when ``s >= threshold_``, the ``1 - contamination`` quantile of the tr
 ``recovery_logs.features.pipeline_features`` (findings + the windows frame's line counts) up to
 the watermark and emits category
 ``anomaly`` findings, action ``investigate`` — anomalies never drain a node on their own. A
-window that already holds a rule ``cause`` finding gets role ``info`` (supporting evidence);
+window in which a rule already fired gets role ``info`` (supporting evidence);
 otherwise role ``cause`` (it can raise an ``anomaly`` incident).
 """
 
@@ -44,17 +44,21 @@ class WindowIsolationForest(BaseEstimator):
     ``max_samples``, ``contamination`` (share of training windows above the threshold),
     ``random_state``, ``min_samples`` (fewer training rows is a TrainingDataError).
     Fitted: ``features_``, ``forest_``, ``threshold_``, ``n_train_``, ``constant_features_``,
-    ``feature_median_``, ``feature_scale_`` (robust spread, used to explain a score).
+    ``feature_median_``, ``feature_scale_`` (robust spread, used to explain a score),
+    ``feature_lo_`` / ``feature_hi_`` (training range widened by ``range_margin`` × max(spread / 4,
+    3 × robust spread); constant features get no range and are never out of range).
     """
 
     def __init__(self, features: list[str] | None = None, n_estimators: int = 200, max_samples: int | str = "auto",
-                 contamination: float = 0.01, random_state: int = 0, min_samples: int = 64) -> None:
+                 contamination: float = 0.01, random_state: int = 0, min_samples: int = 64,
+                 range_margin: float = 1.0) -> None:
         self.features = features
         self.n_estimators = n_estimators
         self.max_samples = max_samples
         self.contamination = contamination
         self.random_state = random_state
         self.min_samples = min_samples
+        self.range_margin = range_margin
 
     def _matrix(self, X: pl.DataFrame, features: list[str], err: type[ModelError]) -> np.ndarray:
         missing = [c for c in features if c not in X.columns]
@@ -97,7 +101,13 @@ class WindowIsolationForest(BaseEstimator):
         med = np.median(m, axis=0)
         self.feature_median_ = med.tolist()
         mad = np.median(np.abs(m - med), axis=0) * 1.4826
-        self.feature_scale_ = np.maximum(mad, np.maximum(np.abs(med) * 0.05, 1e-3)).tolist()
+        scale = np.maximum(mad, np.maximum(np.abs(med) * 0.05, 1e-3))
+        self.feature_scale_ = scale.tolist()
+        lo, hi = m.min(axis=0), m.max(axis=0)
+        pad = self.range_margin * np.maximum((hi - lo) / 4, 3 * scale)
+        varied = spread > 0
+        self.feature_lo_ = np.where(varied, lo - pad, -np.inf).tolist()
+        self.feature_hi_ = np.where(varied, hi + pad, np.inf).tolist()
         return self
 
     def _check_fitted(self) -> None:
@@ -111,13 +121,27 @@ class WindowIsolationForest(BaseEstimator):
             return np.zeros(0)
         return -self.forest_.score_samples(self._matrix(X, self.features_, ModelError))
 
+    def out_of_range(self, X: pl.DataFrame) -> np.ndarray:
+        """Boolean per row: some feature that varied in training is outside its widened range."""
+        self._check_fitted()
+        if X.height == 0:
+            return np.zeros(0, dtype=bool)
+        m = self._matrix(X, self.features_, ModelError)
+        return ((m < np.asarray(self.feature_lo_)) | (m > np.asarray(self.feature_hi_))).any(axis=1)
+
     def predict(self, X: pl.DataFrame) -> np.ndarray:
-        """Boolean per row: score >= threshold_."""
-        return self.score_samples(X) >= self.threshold_
+        """Boolean per row: score >= threshold_, or out_of_range."""
+        return (self.score_samples(X) >= self.threshold_) | self.out_of_range(X)
 
     def explain(self, row: dict[str, float], top: int = 3) -> list[tuple[str, float, float]]:
-        """The features farthest from their training median: (name, value, training median)."""
+        """The features farthest from their training median: (name, value, training median);
+        features outside the training range come first."""
         self._check_fitted()
+        outside = [(f, float(row[f]), m) for f, m, lo, hi in
+                   zip(self.features_, self.feature_median_, self.feature_lo_, self.feature_hi_, strict=True)
+                   if not lo <= float(row[f]) <= hi]
+        if outside:
+            return outside[:top]
         dev = [(abs(float(row[f]) - m) / s, f, float(row[f]), m)
                for f, m, s in zip(self.features_, self.feature_median_, self.feature_scale_, strict=True)]
         dev.sort(key=lambda d: (-d[0], d[1]))
@@ -130,7 +154,8 @@ class WindowIsolationForest(BaseEstimator):
         sidecar = {"kind": "window_isolation_forest", "params": self.get_params(), "features": self.features_,
                    "threshold": self.threshold_, "n_train": self.n_train_,
                    "constant_features": self.constant_features_, "feature_median": self.feature_median_,
-                   "feature_scale": self.feature_scale_, "training": training or {}, "metrics": metrics or {},
+                   "feature_scale": self.feature_scale_, "feature_lo": _json_bounds(self.feature_lo_),
+                   "feature_hi": _json_bounds(self.feature_hi_), "training": training or {}, "metrics": metrics or {},
                    "score_direction": "higher = more anomalous (Liu et al. anomaly score in (0, 1])"}
         return save_artifact(self.forest_, directory, sidecar)
 
@@ -150,6 +175,8 @@ class WindowIsolationForest(BaseEstimator):
             est.constant_features_ = list(meta.get("constant_features", []))
             est.feature_median_ = [float(x) for x in meta["feature_median"]]
             est.feature_scale_ = [float(x) for x in meta["feature_scale"]]
+            est.feature_lo_ = [float(x) if x is not None else -np.inf for x in meta["feature_lo"]]
+            est.feature_hi_ = [float(x) if x is not None else np.inf for x in meta["feature_hi"]]
         except (KeyError, TypeError, ValueError) as exc:
             raise ModelError("anomaly model: sidecar lacks a field the model needs", path=str(directory),
                              reason=repr(exc)) from exc
@@ -158,6 +185,11 @@ class WindowIsolationForest(BaseEstimator):
                              sidecar=len(est.features_), forest=forest.n_features_in_)
         est.sidecar_ = meta
         return est
+
+
+def _json_bounds(values: list[float]) -> list[float | None]:
+    """JSON has no infinity: an unbounded side is stored as null."""
+    return [None if not np.isfinite(v) else float(v) for v in values]
 
 
 def default_models_dir() -> Path:
@@ -203,20 +235,25 @@ class AnomalyDetector:
         if feats.is_empty():
             return empty_findings()
         scores = self.model.score_samples(feats)
-        hit = feats.with_columns(pl.Series("score", scores)).filter(pl.col("score") >= self.model.threshold_)
+        outside = self.model.out_of_range(feats)
+        hit = feats.with_columns(pl.Series("score", scores), pl.Series("outside", outside)).filter(
+            (pl.col("score") >= self.model.threshold_) | pl.col("outside"))
         rows = []
         for r in hit.iter_rows(named=True):
             w0 = int(pl.Series([r["window_start"]]).dt.epoch("ns")[0])
             why = ", ".join(f"{n}={v:g} (usual {m:g})" for n, v, m in self.model.explain(r))
-            has_cause = r["n_cause"] > 0
+            has_cause = r["n_findings"] > 0
             msg = (f"window {ns_to_iso(w0)} +{wn // 1_000_000_000}s on {r['host']} (job {r['job_id']}) is anomalous: "
-                   f"score {r['score']:.3f} >= threshold {self.model.threshold_:.3f} (model {self.model_name}); "
-                   f"most unusual: {why or 'combination of features'}"
-                   + ("; rules already flagged a cause here" if has_cause else "; no rule covers it"))
+                   + (f"outside the training range (score {r['score']:.3f}, model {self.model_name}); "
+                      if r["outside"] else
+                      f"score {r['score']:.3f} >= threshold {self.model.threshold_:.3f} (model {self.model_name}); ")
+                   + f"most unusual: {why or 'combination of features'}"
+                   + ("; rules already flagged this window" if has_cause else "; no rule covers it"))
             rows.append({"time_ns": w0 + wn, "host": r["host"], "job_id": r["job_id"], "category": "anomaly",
                          "severity": "low", "role": "info" if has_cause else "cause", "action": "investigate",
                          "message": msg,
                          "detail": {"score": round(float(r["score"]), 4), "threshold": round(self.model.threshold_, 4),
+                                    "outside_training_range": bool(r["outside"]),
                                     "model": self.model_name, "window_start": ns_to_iso(w0)}})
         return synthetic_findings(self.name, rows)
 
