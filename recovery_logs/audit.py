@@ -5,7 +5,7 @@ Every record is one row of the ``audit`` table::
     id           1, 2, 3, ... (no gaps)
     ts_ns        wall-clock time the record was written (ns since the epoch, UTC)
     kind         detection | proposal | decision | intent | result | approval | rejection |
-                 unsafe_target | reconcile | breaker | config | model
+                 unsafe_target | reconcile | breaker | config | model | session
     incident_id  the incident the record is about, or NULL
     action_id    the remediation action it is about, or NULL
     payload      canonical JSON text (sorted keys, no spaces)

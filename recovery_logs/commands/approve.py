@@ -14,7 +14,7 @@ from recovery_logs.commands.audit import STATE_DIR_HELP, _state_dir
 def _remediator(state_dir: Path | None, policy: Path | None):
     from recovery_logs.remediation.remediator import Remediator
 
-    return Remediator.from_options(_state_dir(state_dir), mode="approve", policy_file=policy)
+    return Remediator.open_existing(_state_dir(state_dir), mode="approve", policy_file=policy)
 
 
 def register(app: typer.Typer) -> None:

@@ -27,7 +27,7 @@ def register(app: typer.Typer) -> None:
         def act(what: str, action_id: str) -> str:
             from recovery_logs.remediation.remediator import Remediator
 
-            rem = Remediator.from_options(sd, mode="approve")
+            rem = Remediator.open_existing(sd, mode="approve")
             try:
                 d = rem.approve(action_id, by="console") if what == "approve" else rem.reject(action_id, by="console")
             finally:

@@ -21,7 +21,7 @@ def register(app: typer.Typer) -> None:
         """Close a tripped circuit breaker (recorded in the audit trail)."""
         from recovery_logs.remediation.remediator import Remediator
 
-        rem = Remediator.from_options(_state_dir(state_dir), mode="monitor")
+        rem = Remediator.open_existing(_state_dir(state_dir), mode="monitor")
         try:
             was = rem.breaker()
             rem.breaker_reset(by=getpass.getuser())

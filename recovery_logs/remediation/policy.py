@@ -82,6 +82,18 @@ class PolicyConfig:
                             "window_s": self.breaker_window_s, "cluster_nodes": self.cluster_nodes}}
 
 
+def policy_from_dict(d: dict[str, Any], **overrides: Any) -> PolicyConfig:
+    """Inverse of ``PolicyConfig.to_dict`` (used to reopen a state dir with the policy it recorded)."""
+    b, br = d.get("budget", {}), d.get("breaker", {})
+    kw = {"mode": d.get("mode", "monitor"), "dry_run": d.get("dry_run", False), "cooldown_s": d.get("cooldown_s", 900.0),
+          "cluster": d.get("cluster", "default"), "budget_per_hour": b.get("per_hour", 10),
+          "budget_per_incident": b.get("per_incident", 3),
+          "breaker_max_drain_fraction": br.get("max_drain_fraction", 0.25),
+          "breaker_window_s": br.get("window_s", 3600.0), "cluster_nodes": br.get("cluster_nodes", 0)}
+    kw.update({k: v for k, v in overrides.items() if v is not None})
+    return PolicyConfig(**kw)
+
+
 _TOP = {"mode": str, "dry_run": bool, "cooldown_s": (int, float), "cluster": str}
 _SECTIONS = {"budget": {"per_hour": int, "per_incident": int},
              "breaker": {"max_drain_fraction": (int, float), "window_s": (int, float), "cluster_nodes": int}}
@@ -243,4 +255,4 @@ def replay_policy(config: PolicyConfig, state: PolicyState, requests: Iterable[t
 
 
 __all__ = ["EXECUTABLE_KINDS", "MODES", "ActionRequest", "Executed", "PolicyConfig", "PolicyState", "Verdict",
-           "evaluate", "load_policy", "replay_policy"]
+           "evaluate", "load_policy", "policy_from_dict", "replay_policy"]

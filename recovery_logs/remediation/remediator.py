@@ -38,6 +38,7 @@ from recovery_logs.remediation.policy import (
     PolicyState,
     evaluate,
     load_policy,
+    policy_from_dict,
 )
 from recovery_logs.sources.slurm import CommandRunner, SlurmClient
 
@@ -109,6 +110,29 @@ class Remediator:
             rem.reconcile()
         return rem
 
+    @classmethod
+    def open_existing(cls, state_dir: Path, mode: str = "approve", runner: CommandRunner | None = None,
+                      clock: Callable[[], float] | None = None, policy_file: Path | None = None) -> Remediator:
+        """Reopen a state dir with the policy it last recorded (budget, breaker, cooldown as the
+        watcher runs them), switching only the mode (``approve``/``reject`` from the CLI or console).
+        ``policy_file`` replaces the recorded policy."""
+        if policy_file is not None:
+            return cls.from_options(state_dir, mode=mode, policy_file=policy_file, runner=runner, clock=clock)
+        clock = clock or time.time
+        audit = AuditLog.open(Path(state_dir), clock=clock)
+        last = audit.records("config", newest_first=True, limit=1)
+        config = policy_from_dict(last[0].payload.get("policy", {}) if last else {}, mode=mode)
+        rem = cls(audit, config, SlurmExecutor(runner), clock)
+        # a "session" record, not "config": the console keeps showing the watcher's policy
+        audit.append("session", {"mode": mode, "policy_from_record": last[0].id if last else None})
+        if rem._rows("status = 'running'"):
+            rem.reconcile()
+        return rem
+
+    def record(self, kind: str, payload: dict[str, Any]) -> None:
+        """Record what the engine loaded (``kind`` "config" or "model": name, version, sha256...)."""
+        self.audit.append(kind, payload)
+
     def close(self) -> None:
         self.audit.close()
 
@@ -166,8 +190,10 @@ class Remediator:
         """Record, decide and (within policy) execute every new proposal; then run the queue."""
         out: list[Decision] = []
         for inc in incidents:
-            if not self.audit.conn.execute("SELECT 1 FROM audit WHERE kind = 'detection' AND incident_id = ? LIMIT 1",
-                                           (inc.id,)).fetchone():
+            last = self.audit.conn.execute(
+                "SELECT json_extract(payload, '$.status') FROM audit WHERE kind = 'detection' AND incident_id = ?"
+                " ORDER BY id DESC LIMIT 1", (inc.id,)).fetchone()
+            if last is None or last[0] != inc.status:      # first sight, or e.g. open -> cleared
                 self.audit.append("detection", inc.to_dict(), incident_id=inc.id)
             for p in inc.actions:
                 d = self._consider(p, p.incident_id or inc.id, inc.cause)

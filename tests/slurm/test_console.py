@@ -60,3 +60,24 @@ def test_console_once_cli(tmp_path: Path, incident, clock):
     missing = subprocess.run([sys.executable, "-m", "recovery_logs.cli", "console", "--once", "--state-dir",
                               str(tmp_path / "none")], capture_output=True, text=True, timeout=60)
     assert missing.returncode == 12 and "no audit database" in missing.stderr
+
+
+def test_approve_cli_applies_the_recorded_policy(tmp_path: Path, incident, clock):
+    """`approve` reopens the state dir with the watcher's policy: a spent budget still denies."""
+    rem = Remediator.from_options(tmp_path, mode="approve", runner=NoSlurm(), clock=clock, cluster_nodes=4,
+                                  budget_per_hour=0)
+    d = rem.handle([incident("inc-budget0001", "gpu-n02", None, kinds=("drain",))])[0]
+    rem.close()
+    p = subprocess.run([sys.executable, "-m", "recovery_logs.cli", "approve", d.action_id, "--state-dir",
+                        str(tmp_path)], capture_output=True, text=True, timeout=60)
+    assert p.returncode == 0, p.stderr
+    assert f"{d.action_id}: denied/denied — action budget spent: 0/0" in p.stdout
+    st = subprocess.run([sys.executable, "-m", "recovery_logs.cli", "slurm", "status", "--json", "--state-dir",
+                         str(tmp_path)], capture_output=True, text=True, timeout=60)
+    import json
+
+    data = json.loads(st.stdout)
+    assert data["actions"] == {"denied": 1} and data["mode"] == "approve" and data["budget_per_hour"] == 0
+    reopened = Remediator.open_existing(tmp_path, runner=NoSlurm(), clock=clock)
+    assert (reopened.config.budget_per_hour, reopened.config.cluster_nodes) == (0, 4)
+    assert [r.kind for r in reopened.audit.records()][-1] == "session"
