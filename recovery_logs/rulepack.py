@@ -38,6 +38,7 @@ UNIT_GROUPS = frozenset({"step_time_ms", "it_per_s", "xid_hex", "nvl_status", "n
 FIELD_COLUMNS = frozenset(FINDING_EXTRA_SCHEMA) - {"rule_id", "rule_version", "category", "severity", "role",
                                                    "action", "detail"}
 _GROUP_NAME = re.compile(r"\(\?P?<([A-Za-z_][A-Za-z0-9_]*)>")
+_TOP_KEYS = {"pack", "rule", "catalog", "xid", "nvlink5_decode", "xid154_actions", "xid_fatal_actions"}
 _RULE_KEYS = {"id", "version", "category", "severity", "role", "action", "priority", "patterns", "literals",
               "fields", "must_match", "must_not_match", "description", "suppress"}
 
@@ -266,6 +267,14 @@ def _parse_catalog(data: dict[str, Any], file: str) -> tuple[dict[int, XidEntry]
     return catalog, tuple(decode), _action_table(data, "xid154_actions", file)
 
 
+def _check_top_level(data: dict[str, Any], file: str) -> None:
+    unknown = sorted(set(data) - _TOP_KEYS)
+    if unknown:
+        raise RulePackError(f"unknown top-level tables {unknown} (allowed: {', '.join(sorted(_TOP_KEYS))})", file=file)
+    if not data.get("rule") and not data.get("xid"):
+        raise RulePackError("file defines no [[rule]] and no [[xid]] entries", file=file)
+
+
 def load_packs(rules_dir: Path | None = None) -> RulePack:
     """Load every ``*.toml`` under ``rules_dir`` (default: ``default_rules_dir()``).
 
@@ -287,6 +296,7 @@ def load_packs(rules_dir: Path | None = None) -> RulePack:
     for path in files:
         data = _read_toml(path)
         file = str(path)
+        _check_top_level(data, file)
         if "xid" in data or "catalog" in data:
             cat, dec, act = _parse_catalog(data, file)
             dup = set(cat) & set(catalog)
@@ -325,6 +335,7 @@ def _static_failures(d: Path) -> list[CheckFailure]:
         data: dict[str, Any] = {}
         try:
             data = _read_toml(path)
+            _check_top_level(data, str(path))
             for i, raw in enumerate(data.get("rule", []) or []):
                 pack = (data.get("pack") or {}).get("name", path.stem)
                 try:

@@ -91,6 +91,14 @@ def test_check_reports_catalog_gap(rules_copy):
     assert any("catalog gap" in f.message and "13" in f.message for f in failures)
 
 
+def test_typo_in_table_name_is_an_error(rules_copy):
+    (rules_copy / "zz_typo.toml").write_text('[pack]\nname = "t"\n[[rules]]\nid = "t.x"\n')
+    with pytest.raises(RulePackError, match="unknown top-level tables") as exc:
+        load_packs(rules_copy)
+    assert "zz_typo.toml" in str(exc.value)
+    assert any("zz_typo.toml" in f.pack for f in check_packs(rules_copy))
+
+
 def test_load_errors_name_the_file(tmp_path):
     (tmp_path / "broken.toml").write_text("[pack\nname=")
     with pytest.raises(RulePackError) as exc:
