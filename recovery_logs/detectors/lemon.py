@@ -5,8 +5,8 @@ score per node and returns each node's :class:`LemonState`. Score of a node at t
 (the newest incident time seen, event time — so replaying history gives the same states)::
 
     Σ weight(category) · decay(age)                      incidents the node is the culprit of
-    + 0.5 · (distinct jobs affected − 1)                 failures follow the node, not the job
-    + 1.0 · Σ (repeats − 1) over (gpu, xid) pairs          the same GPU failing the same way again
+    + 0.5 · (distinct jobs affected − 1) · decay(last)   failures follow the node, not the job
+    + 1.0 · Σ (repeats − 1) · decay(last of the pair)    the same GPU failing with the same XID again
     + 0.25 · Σ decay(age)                                multi-node incidents it took part in
                                                          without being the culprit
 
@@ -128,12 +128,17 @@ class LemonTracker:
         base = sum(CATEGORY_WEIGHT.get(r["category"], 0.3) * self._decay(r["time"]) for r in weighted)
         jobs = {r["job_id"] for r in weighted if r["job_id"]}
         pairs: dict[tuple[int, int], int] = {}
+        pair_last: dict[tuple[int, int], int] = {}
         for r in weighted:
             if r["gpu"] is not None and r["xid"] is not None:
-                pairs[(r["gpu"], r["xid"])] = pairs.get((r["gpu"], r["xid"]), 0) + 1
+                k = (r["gpu"], r["xid"])
+                pairs[k] = pairs.get(k, 0) + 1
+                pair_last[k] = max(pair_last.get(k, 0), r["time"])
         repeats = {k: v for k, v in pairs.items() if v > 1}
         multi = sum(self._decay(r["time"]) for r in others)
-        score = base + 0.5 * max(0, len(jobs) - 1) + sum(v - 1 for v in repeats.values()) + 0.25 * multi
+        last = self._decay(max(r["time"] for r in weighted)) if weighted else 0.0
+        score = (base + 0.5 * max(0, len(jobs) - 1) * last
+                 + sum((v - 1) * self._decay(pair_last[k]) for k, v in repeats.items()) + 0.25 * multi)
         reasons = []
         if weighted:
             reasons.append(f"{len(weighted)} incident(s) as culprit, decayed weight {base:.2f}")
