@@ -108,12 +108,12 @@ def start_server(rate: int, fault_every: float, preload: int = 0):
 
 
 def watcher(port: int, refresh: float, prefilter: bool = True, since_s: float | None = None, emit=None,
-            duration_s: float | None = None):
+            duration_s: float | None = None, **kw):
     from recovery_logs.watch import Watcher, WatchOptions
 
     opts = WatchOptions(sources=(f"victorialogs://127.0.0.1:{port}",), refresh_s=refresh, lateness_s=30.0,
                         catchup_s=5.0, tail_offset="1s", prefilter=prefilter, since_s=since_s,
-                        duration_s=duration_s)
+                        duration_s=duration_s, **kw)
     return Watcher(opts, emit=emit).open()
 
 
@@ -158,9 +158,8 @@ def latency(args) -> dict:
 def throughput(args) -> dict:
     proc, port, _, stop = start_server(0, 1e9, preload=args.throughput_lines)
     try:
-        w = watcher(port, args.refresh, prefilter=False, since_s=60.0)
+        w = watcher(port, args.refresh, prefilter=False, since_s=60.0, use_tail=False, background_catchup=False)
         c0, t0 = time.process_time(), time.perf_counter()
-        w.vl.use_tail = False
         w.step()
         wall, cpu = time.perf_counter() - t0, time.process_time() - c0
         n = w.stats["events"]

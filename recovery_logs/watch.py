@@ -67,6 +67,7 @@ class WatchOptions:
     config: EngineConfig | None = None
     max_keys: int = 2_000_000
     reconnect_backoff_s: float = 0.5
+    use_tail: bool = True                # False: catch-up queries only (latency ~ catchup_s)
     background_catchup: bool = True      # catch-up queries in a thread: a slow one never delays the tail
     decision: str = "record_only"
     extra: dict[str, Any] = field(default_factory=dict)
@@ -162,7 +163,9 @@ class Watcher:
         self.metrics = metrics
         self.clock = clock
         self.vl_url, self.file_patterns = parse_sources(options.sources)
-        self.client = client if client is not None else (VictoriaLogsClient(self.vl_url) if self.vl_url else None)
+        # the loop retries every catch-up interval, so one quick retry per call is enough
+        self.client = client if client is not None else (
+            VictoriaLogsClient(self.vl_url, retries=1, backoff=0.2) if self.vl_url else None)
         self.cursor = WatchCursor.load(options.state_dir, cursor_name(options.sources, options.query))
         self.stats: Counter[str] = Counter()
         self.seq = 0
@@ -199,7 +202,8 @@ class Watcher:
                                  refresh=f"{int(self.options.refresh_s * 1000)}ms", resume_from_ns=resume,
                                  clock=self.clock, max_keys=self.options.max_keys,
                                  reconnect_backoff_s=self.options.reconnect_backoff_s,
-                                 background_catchup=self.options.background_catchup).start()
+                                 background_catchup=self.options.background_catchup,
+                                 use_tail=self.options.use_tail).start()
         if self.file_patterns:
             self.files = FileFollower(self.file_patterns, offsets=dict(self.cursor.files))
         return self

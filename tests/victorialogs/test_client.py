@@ -243,3 +243,51 @@ def test_tail_query_without_time_is_aborted(vls):
     with pytest.raises(VictoriaLogsError) as ei:
         list(_client(vls).tail("host:gpu-n11 | fields _msg"))
     assert ei.value.status == 200 and "cut" in str(ei.value)
+
+
+def test_input_fixtures_parse():
+    """The request bodies behind the captures: every JSON line of the JSON inputs parses."""
+    for name in ("dataset_small.jsonl", "es_bulk.ndjson"):
+        lines = [x for x in (FX / name).read_text().splitlines() if x.strip()]
+        assert lines and all(isinstance(json.loads(x), dict) for x in lines), name
+    assert len((FX / "dataset_small.jsonl").read_text().splitlines()) == 50
+    assert "MESSAGE=" in (FX / "journald_export.txt").read_text()
+    assert (FX / "syslog_tcp_input.txt").read_text().count("gpu-sl") >= 2
+
+
+def test_tail_timeline_reproduced_time_scaled(empty_vls):
+    """tail_stream_timeline.txt replayed at 1/10 speed against the dynamic server: the same
+    lines are delivered (A B C E2 H1-4 G) and the same are lost (D same ts, E 8 s late,
+    F older than the last sent of its stream)."""
+    want = [json.loads(x)["_msg"] for x in vlserver.parse_exchange(FX / "tail_stream.txt").body.decode().splitlines()]
+    scale = 0.1
+    events = []   # (offset s, line) from the timeline's ingestion log
+    for ln in (FX / "tail_stream_timeline.txt").read_text().splitlines():
+        if ln[:1] in "+-" and ln.split(" ", 2)[1:2] and ln.split(" ", 2)[1].startswith("["):
+            events.append((float(ln.split(" ", 1)[0]), json.loads(ln[ln.index("{"):])))
+    t_req = time.time_ns()
+    c = _client(empty_vls, tail_idle_timeout=10)
+    got: list[str] = []
+    # rows keep their captured timing relative to the request, compressed by `scale`; B was
+    # stamped when its insert returned at +0.941 s, which fixes the capture's request time
+    b_ns = vlserver.parse_time_ns("2026-11-29T17:04:02.884054818Z")
+    cap_req_ns = b_ns - int(0.941 * 1e9)
+
+    def shift(doc):
+        d = dict(doc)
+        d["_time"] = vlserver.format_time_ns(t_req + int((vlserver.parse_time_ns(d["_time"]) - cap_req_ns) * scale))
+        return d
+
+    pre = [doc for off, doc in events if off < 0]
+    empty_vls.ingest([shift(d) for d in pre])
+    th = threading.Thread(target=lambda: [got.append(r["_msg"]) for r in
+                                          c.tail("*", start_offset="500ms", offset="100ms", refresh_interval="100ms")])
+    th.start()
+    t0 = time.monotonic()
+    for off, doc in [e for e in events if e[0] >= 0]:
+        time.sleep(max(0.0, t0 + off * scale - time.monotonic()))
+        empty_vls.ingest([shift(doc)])
+    time.sleep(1.3 - (time.monotonic() - t0))
+    c.close()
+    th.join(5)
+    assert got == want

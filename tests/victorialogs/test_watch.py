@@ -188,3 +188,53 @@ def test_replay_equals_watch_over_any_split(cuts):
         w.engine.advance(vl_time_ns(part[-1]["_time"]) - w.lateness_ns)
     w.engine.advance(w.engine.max_time_ns)
     assert [i.to_dict() for i in w.engine.incidents()] == want
+
+
+def test_history_batches_for_replay(vls):
+    """replay --source victorialogs:// reads history as Batches: all 50 rows once, in time
+    order, `line` numbered across pages, nanoseconds kept."""
+    from recovery_logs.sources.tail import history_batches
+    from recovery_logs.timeutil import iso_to_ns
+
+    start, end = iso_to_ns("2026-11-29T14:00:00Z"), iso_to_ns("2026-11-29T14:20:00Z")
+    batches = list(history_batches(vls.base, "*", start, end, ReadOptions(), page_size=7))
+    assert len(batches) >= 7
+    import polars as pl
+    ev = pl.concat([b.events for b in batches])
+    assert ev.height == 50
+    assert ev["line"].to_list() == list(range(1, 51))
+    ns = ev["time"].dt.epoch("ns").to_list()
+    assert ns == sorted(ns) and iso_to_ns("2026-11-29T14:06:00.123456789Z") in ns
+
+
+def test_late_events_counted_and_attributed(empty_vls):
+    """Lateness 1 s: a fault stamped 3 s ago (still inside the tail's 5 s re-scan) is older
+    than the watermark when it arrives: counted as late, still an incident."""
+    w = Watcher(_opts(empty_vls, lateness_s=1.0, since_s=None), engine=_engine()).open()
+    try:
+        _run(w, lambda out, w: w.vl.stats["catchups"] >= 1, timeout=3)
+        empty_vls.ingest([{"_time": vlserver.format_time_ns(time.time_ns() - 3 * NS), "host": "gpu-n9",
+                           "unit": "kernel", "_msg": "NVRM: Xid (PCI:0000:3b:00): 79, pid=1, GPU has fallen off the bus."}])
+        _run(w, lambda out, w: any(i.node == "gpu-n9" for i in w.incidents), timeout=5)
+    finally:
+        w.close()
+    assert w.stats["late"] >= 1
+    assert any(i.node == "gpu-n9" and i.xid == 79 for i in w.incidents)
+
+
+def test_cli_watch_server_down_keeps_retrying(tmp_path, capsys):
+    import socket
+
+    from recovery_logs.cli import main
+
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    rc = main(["watch", "--source", f"victorialogs://127.0.0.1:{port}", "--json", "--for", "1.5",
+               "--refresh", "200ms", "--catchup", "300ms", "--state-dir", str(tmp_path)])
+    captured = capsys.readouterr()
+    assert rc == 0 and captured.out == ""
+    assert f"cannot connect to VictoriaLogs at http://127.0.0.1:{port}" in captured.err
+    assert captured.err.count("catch-up") >= 2          # it kept retrying
+    assert len(captured.err) < 4000                      # clear, not a wall of query text
