@@ -25,6 +25,7 @@ from typing import Any
 from recovery_logs.audit import AuditLog
 from recovery_logs.model import Incident
 from recovery_logs.sources.slurm import JobRecord
+from recovery_logs.timeutil import iso_to_ns
 
 NS = 1_000_000_000
 
@@ -59,6 +60,22 @@ def action_times(audit: AuditLog) -> dict[str, int]:
         if rec.kind in ("result", "reconcile") and rec.payload.get("outcome") in ("done", "noop") \
                 and rec.incident_id and rec.incident_id not in out:
             out[rec.incident_id] = rec.ts_ns
+    return out
+
+
+def incidents_from_audit(audit: AuditLog) -> list[Incident]:
+    """The latest detection record of every incident, as Incident records (without evidence)."""
+    latest: dict[str, dict[str, Any]] = {}
+    for rec in audit.records("detection"):
+        latest[rec.incident_id or ""] = rec.payload
+    out = []
+    for p in latest.values():
+        out.append(Incident(
+            id=p["id"], category=p.get("category", ""), cause=p.get("cause", ""), severity=p.get("severity", "info"),
+            node=p.get("node"), gpu=p.get("gpu"), job_id=p.get("job_id"), xid=p.get("xid"),
+            confidence=float(p.get("confidence", 0.0)), first_seen=iso_to_ns(p["first_seen"]),
+            last_seen=iso_to_ns(p["last_seen"]), detected_at=iso_to_ns(p["detected_at"]), count=int(p.get("count", 1)),
+            nodes=tuple(p.get("nodes", ())), evidence=(), candidates=(), status=p.get("status", "open")))
     return out
 
 
@@ -125,4 +142,4 @@ def ledger(incidents: Sequence[Incident], runs_by_job: Mapping[str, Sequence[Job
     }
 
 
-__all__ = ["IncidentFigures", "action_times", "ettr", "incident_figures", "ledger"]
+__all__ = ["IncidentFigures", "action_times", "ettr", "incident_figures", "incidents_from_audit", "ledger"]

@@ -54,3 +54,42 @@ def register(app: typer.Typer) -> None:
             return
         for k, v in data.items():
             typer.echo(f"{k}: {v}")
+
+    @slurm_app.command("ledger")
+    def ledger_cmd(as_json: Annotated[bool, typer.Option("--json", help="print JSON")] = False,
+                   state_dir: Annotated[Path | None, typer.Option("--state-dir", help=STATE_DIR_HELP)] = None) -> None:
+        """GPU-hours lost, ETTR, MTTD and time to action for the incidents in the audit trail
+        (job runs from sacct; SLURM_CONF names the cluster)."""
+        import time
+
+        from recovery_logs.audit import DB_NAME, AuditLog
+        from recovery_logs.errors import AuditError
+        from recovery_logs.ledger import action_times, incidents_from_audit, ledger
+        from recovery_logs.sources.slurm import SlurmClient
+
+        path = _state_dir(state_dir) / DB_NAME
+        if not path.exists():
+            raise AuditError("slurm ledger: no audit database in the state dir", path=str(path))
+        log = AuditLog(path)
+        try:
+            incs = incidents_from_audit(log)
+            acts = action_times(log)
+        finally:
+            log.close()
+        jobs = sorted({i.job_id for i in incs if i.job_id and i.job_id.replace("_", "").isdigit()})
+        runs: dict[str, list] = {}
+        if jobs:
+            for r in SlurmClient().jobs(jobs):
+                runs.setdefault(r.job_id, []).append(r)
+        out = ledger(incs, runs, acts, time.time_ns())
+        if as_json:
+            typer.echo(json.dumps(out, sort_keys=True))
+            return
+        for f in out["incidents"]:
+            typer.echo(f"{f['incident_id']} job {f['job_id'] or '-'}: {f['gpu_hours_lost']:.4f} GPU-h lost "
+                       f"({f['gpus']} GPUs), MTTD {f['mttd_s']:.1f} s, time to action "
+                       f"{'-' if f['time_to_action_s'] is None else format(f['time_to_action_s'], '.1f') + ' s'}")
+        for j, v in out["jobs"].items():
+            typer.echo(f"job {j}: ETTR {'-' if v is None else format(v, '.3f')}")
+        typer.echo(f"total {out['gpu_hours_lost']:.4f} GPU-h lost; mean MTTD {out['mttd_mean_s']} s; "
+                   f"mean time to action {out['time_to_action_mean_s']} s")

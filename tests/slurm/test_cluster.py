@@ -3,6 +3,7 @@ unsafe targets and dry-run."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 import time
@@ -10,7 +11,6 @@ from pathlib import Path
 
 import pytest
 
-from recovery_logs.ledger import action_times, ledger
 from recovery_logs.remediation.remediator import Remediator
 from recovery_logs.sources.slurm import SlurmClient, expand_hostlist
 
@@ -74,13 +74,17 @@ def test_monitor_mode_changes_nothing(cluster, tmp_path: Path, recording, incide
     assert rem.audit.verify() == 8
 
 
-def test_autonomous_drains_culprit_and_requeues_job_off_it(cluster, tmp_path: Path, recording, incident):
+def test_autonomous_drains_culprit_and_requeues_job_off_it(cluster, tmp_path: Path, recording, incident,
+                                                           monkeypatch, capsys):
     job = cluster.submit("-N", "2", "--gpus-per-node=2", "--requeue")
     nodes = cluster.wait_running(job)
     bad = nodes[0]
+    start_ns = int(time.mktime(time.strptime(cluster.job(job)["StartTime"], "%Y-%m-%dT%H:%M:%S"))) * 10**9
+    t_fault = start_ns + 10**9                      # the fault 1 s into the run, detected 2 s later
+    cluster.wait("the fault to have been detected", lambda: time.time_ns() > t_fault + 2 * 10**9)
     runner = recording(cluster.runner())
     rem = Remediator.from_options(tmp_path, mode="autonomous", runner=runner)   # cluster size from sinfo
-    inc = incident("inc-auto0001", bad, job)
+    inc = incident("inc-auto0001", bad, job, t_ns=t_fault)
     ds = rem.handle([inc])
     assert [(d.kind, d.decision, d.status) for d in ds] == [("drain_node", "approved", "done"),
                                                              ("requeue_job", "approved", "done")], ds
@@ -99,17 +103,21 @@ def test_autonomous_drains_culprit_and_requeues_job_off_it(cluster, tmp_path: Pa
     # the job runs again, off the culprit
     cluster.wait("requeued job running again", lambda: cluster.job(job).get("JobState") == "RUNNING", timeout=45)
     assert bad not in expand_hostlist(cluster.job(job)["NodeList"])
-    # accounting: both runs in sacct; GPU-hours lost = 4 GPUs x (fault -> restart)
+    assert rem.audit.verify() > 0
+    rem.close()
+    # accounting from sacct: both runs; GPU-hours lost = 4 GPUs x (fault -> restart), through the CLI
     runs = [r for r in SlurmClient(cluster.runner()).jobs([job]) if r.job_id == job]
     assert [r.state for r in sorted(runs, key=lambda r: r.start_ns)] == ["REQUEUED", "RUNNING"]
-    t_fault = runs[0].start_ns        # sacct keeps whole seconds; the requeue came within a second
-    real_inc = incident("inc-auto0001", bad, job, t_ns=t_fault)
-    acts = action_times(rem.audit)
-    figs = ledger([real_inc], {job: runs}, acts, time.time_ns())
     restart = max(r.start_ns for r in runs)
-    assert figs["gpu_hours_lost"] == pytest.approx(round(4 * (restart - t_fault) / 1e9 / 3600, 4), abs=2e-4)
+    monkeypatch.setenv("SLURM_CONF", cluster.conf)
+    from recovery_logs.cli import main
+
+    assert main(["slurm", "ledger", "--json", "--state-dir", str(tmp_path)]) == 0
+    figs = json.loads(capsys.readouterr().out)
+    f = figs["incidents"][0]
+    assert f["gpus"] == 4 and f["mttd_s"] == 2.0 and 0 <= f["time_to_action_s"] < 30
+    assert f["gpu_hours_lost"] == pytest.approx(4 * (restart - t_fault) / 1e9 / 3600, abs=2e-4)
     assert 0 < figs["jobs"][job] < 1
-    assert rem.audit.verify() > 0
 
 
 def test_approve_mode_waits_for_an_operator(cluster, tmp_path: Path, recording, incident):
