@@ -6,10 +6,11 @@ for any split of the same bytes, because every decision is a function of the lin
 * lines are split on ``\\n`` (a trailing ``\\r`` is dropped); the incomplete last line is held;
 * a line over 1 MiB is quarantined (first 4 KiB, ``oversized``) and never held whole;
 * invalid UTF-8 is decoded with replacement, kept, and quarantined once (``invalid_utf8``);
-* multi-line records (see ``group_records``) may span chunks, so the tail of the parsed lines
-  (the last ``CONT_WINDOW`` lines plus any record reaching into them) is carried and parsed
-  again with the next chunk. A continuation must lie within ``CONT_WINDOW`` lines of the line it
-  continues, which makes this exact;
+* multi-line records (see ``group_records``) may span chunks, so the last record of each stream
+  (rank / host) active in the last ``CONT_WINDOW`` lines, and every line after the earliest of
+  them, is carried and parsed again with the next chunk. A continuation must lie within
+  ``CONT_WINDOW`` lines of the line it continues, which makes this exact. For live tailing,
+  ``drain()`` emits the held records after an idle pause;
 * lines without a time of their own take the previous timed line's time; lines before the first
   timed line take the first timed line's time if it is within the first ``HEAD_HOLD`` lines,
   else (and for a file with no time at all) the file's mtime. All of these are ``time_inferred``.
@@ -124,6 +125,21 @@ class TextParser:
             self.fmt = detect_format(self.file, data[:DETECT_BYTES])
         return self._process(data, final=True, stats=stats)
 
+    def drain(self) -> Batch:
+        """Emit every complete record held back so far, keeping only an incomplete last line.
+
+        For live tailing after an idle pause: a record held because its next line might continue
+        it is emitted now; a continuation that arrives later starts a record of its own. (Unlike
+        ``feed``, the result then depends on when ``drain`` was called.)"""
+        stats: collections.Counter = collections.Counter()
+        if self.fmt is None:
+            if not self._head:
+                return self._empty(stats)
+            data, self._head = self._head, b""
+            self.fmt = detect_format(self.file, data[:DETECT_BYTES])
+            return self._process(data, final=False, stats=stats, drain=True)
+        return self._process(b"", final=False, stats=stats, drain=True)
+
     # --- internals ------------------------------------------------------------------------------
     def _empty(self, stats: collections.Counter) -> Batch:
         return Batch(pl.DataFrame(schema=EVENT_SCHEMA), empty_quarantine(), stats)
@@ -185,10 +201,10 @@ class TextParser:
             df = df.filter(pl.col("text").str.len_bytes() <= MAX_LINE_BYTES)
         return df
 
-    def _process(self, data: bytes, final: bool, stats: collections.Counter) -> Batch:
+    def _process(self, data: bytes, final: bool, stats: collections.Counter, drain: bool = False) -> Batch:
         quar: list[pl.DataFrame] = []
         new = self._split(data, final, stats, quar)
-        if new.height == 0 and not final:     # nothing new to decide on: the carry stays as it is
+        if new.height == 0 and not final and not (drain and self._carry.height):   # nothing new to decide
             q = pl.concat(quar) if quar else empty_quarantine()
             return Batch(pl.DataFrame(schema=EVENT_SCHEMA), q, stats)
         lines = pl.concat([self._carry, new]) if self._carry.height else new
@@ -201,7 +217,7 @@ class TextParser:
             self._carry = self._carry.clear()
         else:
             end = int(lines["lineno"].max())
-            rec = self._text_records(parsed, final, end, stats)
+            rec = self._text_records(parsed, final, end, stats, drain)
         events, q = self.finisher.finish(rec, stats)
         if q.height:
             quar.append(q)
@@ -237,15 +253,18 @@ class TextParser:
             "host", "job_id", "source", pl.lit(self.file).alias("file"), pl.col("lineno").alias("line"),
             "stream_id", "rank", "message")
 
-    def _text_records(self, parsed: pl.DataFrame, final: bool, end: int, stats: collections.Counter) -> pl.DataFrame:
+    def _text_records(self, parsed: pl.DataFrame, final: bool, end: int, stats: collections.Counter,
+                      drain: bool = False) -> pl.DataFrame:
         g = group_records(parsed, self.fmt)
         # --- carry: everything from the first line of a record that may still grow ------------
-        if final:
+        if final or drain:
             cut = end + 1
         else:
-            cut = end - CONT_WINDOW + 1
-            # records reaching into the last CONT_WINDOW lines may still grow: the earliest first line
-            # of those (groups are identified by their first line, so no group_by is needed) ...
+            # the last record of each stream active in the last CONT_WINDOW lines may still grow:
+            # hold from the earliest first line of those (and of any record reaching past that)
+            last = g.group_by("key").agg(pl.col("lineno").max().alias("l"), pl.col("gfirst").last().alias("f"))
+            cut = last.filter(pl.col("l") > end - CONT_WINDOW)["f"].min()
+            cut = end + 1 if cut is None else int(cut)
             tail = g.filter(pl.col("lineno") >= cut)
             while tail.height:
                 lo = tail["gfirst"].min()
@@ -261,7 +280,7 @@ class TextParser:
             idx = g["ts"].is_not_null().arg_true()
             if idx.len() and int(g["lineno"][idx[0]]) <= HEAD_HOLD:
                 self._head_fill = int(g["ts"][idx[0]])
-            elif idx.len() or end >= HEAD_HOLD or final:
+            elif idx.len() or end >= HEAD_HOLD or final or drain:
                 self._head_fill = self.mtime_ns
             else:
                 cut = int(g["lineno"].min())   # hold everything until we know
@@ -359,7 +378,7 @@ def group_records(p: pl.DataFrame, fmt: str) -> pl.DataFrame:
     start = ~pl.col("cont") & ~pl.col("drop")
     return p.select(
         "lineno", "text", "ts", "ts_inferred", "has_ts", "host", "job_id", "source", "rank", "stream_id", "message",
-        "cont", "drop",
+        "cont", "drop", "key",
         gfirst=pl.coalesce(pl.when(start).then(pl.col("lineno")).forward_fill().over("key"), pl.col("lineno")))
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import polars as pl
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -95,9 +97,10 @@ def _long_job_file() -> bytes:
 
 
 LONG = _long_job_file()
+LONG_EXAMPLES = int(os.environ.get("LONG_EXAMPLES", "8"))   # raise for a deeper local run
 
 
-@settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=LONG_EXAMPLES, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(fracs=st.lists(st.floats(0, 1), min_size=1, max_size=5))
 def test_any_split_of_a_long_file_with_carried_records(fracs, tmp_path_factory):
     p = tmp_path_factory.mktemp("long") / "job-5.out"
@@ -117,3 +120,25 @@ def test_any_split_of_a_long_file_with_carried_records(fracs, tmp_path_factory):
     assert tb["message"].to_list() == want
     ticks = got.filter(pl.col("message").str.contains("tick"))["message"].to_list()
     assert ticks[0] == "I1129 14:02:11.000000 1 x.py:1] tick 131\n    detail a"
+
+
+def test_feed_holds_only_the_open_record_and_drain_emits_it(tmp_path):
+    p = tmp_path / "gpu-n01.kern.log"
+    tp = TextParser(str(p), ReadOptions(year=2026), "syslog")
+    b1 = tp.feed(b"Nov 29 14:06:00 gpu-n01 kernel: one\nNov 29 14:06:01 gpu-n01 kernel: NVRM: The NVIDIA GPU 0\n"
+                 b"Nov 29 14:06:01 gpu-n01 kernel: NVRM: (PCI ID: 10de:2330) installed in this system has\nNov 29 14:0")
+    assert b1.events["message"].to_list() == ["one"]          # the NVRM record may still continue
+    b2 = tp.drain()
+    assert b2.events["message"].to_list() == ["NVRM: The NVIDIA GPU 0\nNVRM: (PCI ID: 10de:2330) installed in this "
+                                              "system has"]
+    b3 = tp.feed(b"6:02 gpu-n01 kernel: two\n")
+    b4 = tp.flush()
+    assert pl.concat([b3.events, b4.events])["message"].to_list() == ["two"]
+    assert [b.events["seq"].to_list() for b in (b1, b2)] == [[0], [1]]
+
+
+def test_auto_format_parser_equals_read_paths():
+    path = FILES[1][0]
+    tp = TextParser(str(path), OPTS)
+    evs = [tp.feed(DATA[path][:100]).events, tp.feed(DATA[path][100:]).events, tp.flush().events]
+    assert_frame_equal(pl.concat(evs), REFERENCE[path].events.sort("seq"))
