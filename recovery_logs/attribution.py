@@ -40,7 +40,7 @@ TIMEOUT_CATEGORY = Category.NCCL_TIMEOUT_HANG.value
 NET_CATEGORY = Category.NCCL_NETWORK_ERROR.value
 
 _ROW_COLS = ["category", "severity", "role", "action", "xid", "pci", "gpu", "message", "file", "line", "peer",
-             "rank", "source"]
+             "rank", "source", "time_inferred"]
 
 
 @dataclass(frozen=True)
@@ -65,6 +65,7 @@ class Row:
     peer: str | None
     escalated: bool = False
     rank: int | None = None
+    inferred: bool = False   # the line had no timestamp of its own: its time is a neighbour's
 
 
 def fill_jobs(findings: pl.DataFrame, spans: pl.DataFrame, grace_s: float) -> pl.DataFrame:
@@ -153,7 +154,8 @@ def rank_candidates(rows: list[Row], job_hosts: set[str], addr_hosts: dict[str, 
     # A node that reports a network error naming another node as its peer is that peer's victim.
     scored = [replace(r, role="symptom") if r.category == NET_CATEGORY and r.role == "cause" and r.peer
               and addr_hosts.get(_peer_addr(r.peer)) not in (None, r.host) else r for r in scored]
-    causes = [r.first for r in scored if r.role == "cause"]
+    causes = [r.first for r in scored if r.role == "cause" and not r.inferred] or \
+        [r.first for r in scored if r.role == "cause"]
     first_cause = min(causes) if causes else None
     t0 = first_cause if first_cause is not None else min(r.first for r in scored)
     best: dict[str | None, tuple[float, Row]] = {}
@@ -161,13 +163,16 @@ def rank_candidates(rows: list[Row], job_hosts: set[str], addr_hosts: dict[str, 
     for r in scored:
         s = row_score(r, first_cause)
         cur = best.get(r.host)
-        if cur is None or s > cur[0] + 1e-12 or (abs(s - cur[0]) <= 1e-12 and r.first < cur[1].first):
+        if cur is None or s > cur[0] + 1e-12 or (abs(s - cur[0]) <= 1e-12 and (r.inferred, r.first) <
+                                                  (cur[1].inferred, cur[1].first)):
             best[r.host] = (s, r)
         if r.role == "cause":
             ncause[r.host] = ncause.get(r.host, 0) + r.count
     out: dict[str | None, tuple[float, Row | None, list[str]]] = {}
     for host, (s, r) in best.items():
         role_w = ROLE_WEIGHT.get(r.role, 0.05) if r.role != "breadcrumb" or first_cause is None else 0.0
+        if r.inferred:   # a borrowed timestamp cannot prove it came first
+            role_w = 0.0
         early = EARLY_BONUS * role_w * math.exp(-max(0.0, (r.first - t0) / 1e9) / EARLY_TAU_S)
         bonus = min(0.15, 0.05 * math.log10(1 + ncause.get(host, 0)))
         out[host] = (s + early + bonus, r, [f"{r.role} {r.rule_id}"])
@@ -265,6 +270,7 @@ class Attributor:
                     action=d["action"] or "investigate", xid=d["xid"], pci=d["pci"],
                     gpu=d["gpu"] if d["gpu"] is not None else d["any_gpu"], message=d["message"],
                     file=d["file"], line=d["line"], peer=d["peer"], rank=d["rank"],
+                    inferred=bool(d["time_inferred"]),
                     escalated=d["xid"] in (13, 31) and (d["host"], d["pci"] or "") in escal)
                 for d in recs]
         clears = [r for r in rows if r.role == "clear"]
@@ -285,7 +291,8 @@ class Attributor:
         if gpu is None:
             gpu = next((r.gpu for r in scored if r.host == top.node and r.gpu is not None
                         and (top_row.pci is None or r.pci in (None, top_row.pci))), None)
-        if gpu is None and top_row.host == top.node:
+        if gpu is None and top_row.host == top.node and (category in HARDWARE_CATEGORIES
+                                                         or category in ("cuda_error", "oom_gpu")):
             # one process per GPU in rank order (torchrun's default): local GPU = rank mod GPUs per node
             gpu = next((r.rank % self.config.gpus_per_node for r in sorted(scored, key=lambda r: r.first)
                         if r.host == top.node and r.rank is not None and r.role in ("cause", "symptom")), None)
@@ -326,9 +333,12 @@ class Attributor:
     def _detected_at(self, scored: list[Row], job_hosts: set[str], addr_hosts: dict[str, str],
                      node: str | None, category: str) -> int:
         """Earliest prefix time at which the ranking already names (node, category)."""
-        times = sorted({r.first for r in scored})
+        # Only lines with their own timestamp move the clock: a borrowed (inferred) time is a lower
+        # bound of when the line was written, so it cannot prove the evidence was there that early.
+        exact = [r for r in scored if not r.inferred]
+        times = sorted({r.first for r in exact}) or [max(r.first for r in scored)]
         if len(times) > 256:   # evaluate at most 256 prefixes: the times where the culprit's rows appear first
-            keep = {r.first for r in scored if r.host == node or r.role == "cause"}
+            keep = {r.first for r in exact if r.host == node or r.role == "cause"}
             times = sorted(keep)[:256] + [times[-1]]
         for t in times:
             prefix = [r for r in scored if r.first <= t]

@@ -27,6 +27,18 @@ def _t(ns: int | None) -> str:
     return "-" if s is None else s.replace("T", " ")[:23]
 
 
+def headline(message: str | None) -> str:
+    """One line for a possibly multi-line message: a traceback's exception line, else the first line."""
+    if not message:
+        return ""
+    lines = [ln.strip() for ln in message.splitlines() if ln.strip()]
+    if not lines:
+        return ""
+    if lines[0].startswith("Traceback"):
+        return lines[-1]
+    return lines[0]
+
+
 def _where(i: Incident) -> str:
     if not i.node:
         return "-"
@@ -72,7 +84,7 @@ class IncidentView:
         ev.add_column("node", no_wrap=True)
         ev.add_column("evidence", overflow="fold")
         for e in i.evidence:
-            ev.add_row(_t(e.time)[11:], e.node or "-", e.message.splitlines()[0][:200] if e.message else "")
+            ev.add_row(_t(e.time)[11:], e.node or "-", headline(e.message)[:200])
         return Panel(Group(meta, Text(""), cand, Text(""), ev), title=head, title_align="left")
 
 
@@ -172,7 +184,7 @@ def markdown_report(result: Any) -> str:
             lines += [f"| {a.kind} | {a.target or '-'} | {a.decision} | {a.reason.replace('|', '/')} |"
                       for a in i.actions]
             lines += ["", "Evidence:", "", "```"]
-            lines += [f"{_t(e.time)} {e.node or '-'} {e.message.splitlines()[0] if e.message else ''}"
+            lines += [f"{_t(e.time)} {e.node or '-'} {headline(e.message)}"
                       for e in i.evidence]
             lines += ["```", ""]
     return "\n".join(lines) + "\n"
