@@ -7,6 +7,8 @@ from pathlib import Path
 
 import polars as pl
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from recovery_logs.backtest import BacktestOptions, Case, backtest, grade_against_truth, load_cases
 from recovery_logs.errors import ConfigError, InputError
@@ -180,3 +182,19 @@ def test_bad_inputs_name_what_is_wrong(tmp_path):
         load_cases([tmp_path / "nope"])
     with pytest.raises(ConfigError, match="policy file not found"):
         run_backtest(tmp_path / "missing.toml", [tmp_path])
+
+
+@settings(max_examples=20, deadline=None)
+@given(events=st.lists(st.tuples(st.integers(0, 4 * 3600), st.integers(1, 4)), min_size=1, max_size=25),
+       per_hour=st.integers(0, 6), fraction=st.sampled_from([0.25, 0.5, 1.0]))
+def test_executed_actions_never_exceed_the_budget_or_the_breaker(events, per_hour, fraction):
+    cases = [case(f"c{k}", inc(f"I{k}", t, f"n{node}", f"j{k}")) for k, (t, node) in enumerate(events)]
+    r = backtest(cases, policy(budget_per_hour=per_hour, breaker_max_drain_fraction=fraction))
+    ex = r.decisions.filter(pl.col("outcome") == "executed")
+    times = [t.timestamp() for t in ex["time"].to_list()]
+    for t in times:
+        assert sum(1 for u in times if t - 3600 < u <= t) <= per_hour
+    assert r.summary()["max_concurrent_drains"] <= int(fraction * 4)
+    s = r.summary()
+    assert s["executed"] + s["denied_budget"] + s["denied_breaker"] + s["denied_cooldown"] + s["gate_held"] \
+        + s["record_only"] == s["proposals"]
