@@ -59,7 +59,7 @@ def noise(rng: random.Random, t: int, i: int) -> dict:
             "_msg": f"systemd[1]: Started Session {i} of user root."}
 
 
-def serve(port_q, fault_q, stop, shutdown, rate: int, fault_every: float, preload: int) -> None:
+def serve(port_q, fault_q, stop, shutdown, generated, rate: int, fault_every: float, preload: int) -> None:
     vls = _vlserver()
     srv = vls.VLServer(static=False).start()
     rng = random.Random(7)
@@ -79,6 +79,7 @@ def serve(port_q, fault_q, stop, shutdown, rate: int, fault_every: float, preloa
         n = max(1, int(rate * tick))
         srv.ingest([noise(rng, now + k * int(tick * 1e9) // n, i + k) for k in range(n)])
         i += n
+        generated.value = i
         if t0 >= next_fault:
             node = f"gpu-f{f}"
             srv.ingest([{"_time": fmt(time.time_ns()), "host": node, "unit": "kernel",
@@ -102,9 +103,15 @@ def rss_mb() -> float:
 def start_server(rate: int, fault_every: float, preload: int = 0):
     ctx = mp.get_context("fork")
     port_q, fault_q, stop, shutdown = ctx.Queue(), ctx.Queue(), ctx.Event(), ctx.Event()
-    proc = ctx.Process(target=serve, args=(port_q, fault_q, stop, shutdown, rate, fault_every, preload), daemon=True)
+    generated = ctx.Value("q", 0)
+    proc = ctx.Process(target=serve, args=(port_q, fault_q, stop, shutdown, generated, rate, fault_every, preload),
+                       daemon=True)
     proc.start()
+    GENERATED[0] = generated
     return proc, port_q.get(timeout=120), fault_q, (stop, shutdown)
+
+
+GENERATED: list = [None]
 
 
 def watcher(port: int, refresh: float, prefilter: bool = True, since_s: float | None = None, emit=None,
@@ -142,6 +149,7 @@ def latency(args) -> dict:
             stop[0].set()   # the generator stops; the watcher runs 10 s more for the last faults
 
     t_stop = time.monotonic() + args.duration
+    t_run = time.monotonic()
     try:
         w.run(after_step=after)
     finally:
@@ -149,7 +157,8 @@ def latency(args) -> dict:
             ev.set()
         proc.join(10)
     lat = [(emitted[n] - t) / 1e9 for n, t in faults.items() if n in emitted]
-    return {"rate_lines_s": args.rate, "refresh_s": args.refresh, "faults": len(faults), "detected": len(lat),
+    return {"rate_lines_s": args.rate, "generated_lines_s": int(GENERATED[0].value / (t_stop - t_run)),
+            "refresh_s": args.refresh, "faults": len(faults), "detected": len(lat),
             "p50_s": round(pct(lat, 50), 3), "p99_s": round(pct(lat, 99), 3), "max_s": round(max(lat, default=0), 3),
             "steps": len(steps), "step_interval_p50_s": round(pct(steps, 50), 3),
             "lines_read": w.vl.stats["lines_read"], "duplicates": w.vl.stats["duplicates"]}
@@ -184,7 +193,8 @@ def memory(args) -> dict:
             w.step()
             if t0 >= next_sample:
                 samples.append({"t_s": round(t0 - t_start), "rss_mb": round(rss_mb(), 1),
-                                "events": w.stats["events"], "dedupe_keys": len(w.vl.dedupe),
+                                "generated": GENERATED[0].value, "events": w.stats["events"],
+                                "lag_s": round(w.vl.lag_s() or 0, 1), "dedupe_keys": len(w.vl.dedupe),
                                 "findings": w.engine.findings.height})
                 next_sample += 10
             time.sleep(max(0.0, args.refresh - (time.monotonic() - t0)))

@@ -288,6 +288,7 @@ class VLFollower:
 
     def _catchup_loop(self) -> None:
         while not self._stop.is_set():
+            started = time.monotonic()
             try:
                 rows, hi = self.catch_up(self.clock())
                 with self._lock:
@@ -299,7 +300,7 @@ class VLFollower:
                 self.stats["errors_catchup"] += 1
                 self.last_error = str(exc)
                 log.warning("VictoriaLogs catch-up: %s; retrying in %.1fs", exc, self.catchup_ns / NS)
-            if self._stop.wait(self.catchup_ns / NS):
+            if self._stop.wait(max(0.05, self.catchup_ns / NS - (time.monotonic() - started))):
                 return
 
     def poll(self, now_ns: int | None = None, force_catchup: bool = False) -> list[dict[str, str]]:

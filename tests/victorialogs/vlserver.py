@@ -288,7 +288,7 @@ def parse_query(text: str) -> Query:
     match = p.parse_or()
     if p.peek() is not None:
         raise QueryError(f"unexpected {p.peek()[1]!r}")
-    q = Query(text, match)
+    q = Query(" ".join(f"{k}:{v}" for k, v in segs[0]), match)   # key of the filter part (match cache)
     for seg in segs[1:]:
         words = [v for _, v in seg]
         if not words:
@@ -335,6 +335,16 @@ class Row:
         if name == "_stream":
             return self.stream
         return self.fields.get(name, "")
+
+    def line(self, fields: list[str] | None) -> bytes:
+        """The JSON line as the server writes it (cached per projection)."""
+        key = "\x00".join(fields) if fields is not None else None
+        cache = self.__dict__.setdefault("_lines", {})
+        got = cache.get(key)
+        if got is None:
+            got = cache[key] = json.dumps(self.render(fields), ensure_ascii=False,
+                                          separators=(",", ":")).encode() + b"\n"
+        return got
 
     def render(self, fields: list[str] | None = None) -> dict[str, str]:
         full = {"_time": format_time_ns(self.t), "_stream_id": self.stream_id, "_stream": self.stream,
@@ -669,8 +679,7 @@ class _Handler(BaseHTTPRequestHandler):
         if not rows:
             return self._send(200, b"", "application/stream+json")
         self._start_chunked("application/stream+json")
-        lines = [json.dumps(r.render(q.fields), ensure_ascii=False, separators=(",", ":")).encode() + b"\n"
-                 for r in rows]
+        lines = [r.line(q.fields) for r in rows]
         if self.srv.cut_queries > 0:
             self.srv.cut_queries -= 1
             self._chunk(b"".join(lines[:self.srv.cut_after]))
@@ -729,8 +738,7 @@ class _Handler(BaseHTTPRequestHandler):
             if rows:
                 for r in rows:
                     last_sent[r.stream_id] = max(last_sent.get(r.stream_id, -1), r.t)
-                self._chunk(b"".join(json.dumps(r.render(q.fields), ensure_ascii=False,
-                                                separators=(",", ":")).encode() + b"\n" for r in rows))
+                self._chunk(b"".join(r.line(q.fields) for r in rows))
             if srv._stopping.wait(durs["refresh_interval"] / 1e9) or self._client_gone():
                 break
             start = end - durs["start_offset"]
