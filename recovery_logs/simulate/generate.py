@@ -181,6 +181,10 @@ def _truth(name: str, opts: SimOptions, c: Cluster, faults: list[Fault]) -> dict
 
 def simulate_one(name: str, opts: SimOptions, push: Callable | None = None) -> SimResult:
     t_wall = time.perf_counter()
+    validate(opts)
+    resolve_scenarios(name)
+    if push is None and opts.to:
+        push = _vl_pusher(opts.to)
     parts = name.split("+")
     c = make_cluster(opts.seed, name, opts.nodes, opts.gpus_per_node, opts.duration_s)
     rng = np.random.default_rng([opts.seed, stable_hash("faults", name)])
@@ -256,9 +260,7 @@ def _rank_every(c: Cluster, it_s: float) -> int:
 def simulate(opts: SimOptions, on_result: Callable[[SimResult], None] | None = None) -> list[SimResult]:
     validate(opts)
     names = resolve_scenarios(opts.scenario)
-    push = None
-    if opts.to:
-        push = _vl_pusher(opts.to)
+    push = _vl_pusher(opts.to) if opts.to else None
     results = []
     for name in names:
         r = simulate_one(name, opts, push)

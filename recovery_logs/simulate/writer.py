@@ -151,7 +151,9 @@ class VLSink:
             body = ("\n".join(lines.to_series().to_list()) + "\n").encode("utf-8")
             self.fh.write(body)
         if self.push is not None:
-            self.push([{k: v for k, v in row.items() if v is not None} for row in enc.iter_rows(named=True)])
+            # the server derives _stream/_stream_id from the stream fields itself
+            rows = enc.drop("_stream", "_stream_id").iter_rows(named=True)
+            self.push([{k: v for k, v in row.items() if v is not None} for row in rows])
         self.lines += df.height
 
     def close(self) -> None:

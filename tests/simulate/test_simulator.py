@@ -185,3 +185,29 @@ def test_cli_simulate_and_its_exit_codes(tmp_path: Path, capsys) -> None:
     assert main(["simulate", "--scenario", "bogus", "--out", str(tmp_path)]) == 2
     assert main(["simulate", "--scenario", "healthy", "--out", str(tmp_path), "--duration", "soon"]) == 2
     assert main(["simulate", "--out", str(tmp_path)]) == 2
+
+
+def _vlserver():
+    import importlib.util
+    import sys
+
+    name = "recovery_logs_tests_vlserver"
+    if name not in sys.modules:
+        spec = importlib.util.spec_from_file_location(name, Path(__file__).parents[1] / "victorialogs" / "vlserver.py")
+        mod = importlib.util.module_from_spec(spec)
+        sys.modules[name] = mod
+        spec.loader.exec_module(mod)
+    return sys.modules[name]
+
+
+def test_push_to_victorialogs_stores_every_row(tmp_path: Path) -> None:
+    vls = _vlserver()
+    with vls.VLServer(static=False) as srv:
+        r = simulate_one("xid120_gsp", SimOptions(out=tmp_path, seed=1, nodes=2, gpus_per_node=2, duration_s=600.0,
+                                                  format="vl-jsonl", to=srv.url))
+        stored = srv.visible_rows()
+    sent = (r.path / "vl.jsonl").read_text().splitlines()
+    assert len(stored) == len(sent) == r.lines
+    with pytest.raises(ConfigError, match="VictoriaLogs URL"):
+        simulate(SimOptions(out=tmp_path / "x", scenario="healthy", nodes=2, gpus_per_node=1, duration_s=600.0,
+                            to="localhost:9428"))
