@@ -197,6 +197,7 @@ class ReplayResult:
         return json.dumps(self.to_dict(), indent=2, sort_keys=False, ensure_ascii=False)
 
 
+COALESCE_ROWS = 200_000
 QUARANTINE_KEYS = ("malformed", "invalid_utf8", "oversized", "bad_timestamp", "out_of_order", "duplicates")
 
 
@@ -217,15 +218,31 @@ def replay(paths: Sequence[str | Path], options: ReplayOptions | None = None,
     if out_dir is not None:
         _prepare_out(out_dir)
     source = batches if batches is not None else iter_batches(list(paths), read_opts)
+    pending: list[pl.DataFrame] = []
+    pending_rows = 0
+
+    def flush() -> None:
+        nonlocal writer, pending_rows
+        if not pending:
+            return
+        ev = pl.concat(pending) if len(pending) > 1 else pending[0]
+        pending.clear()
+        pending_rows = 0
+        eng.feed(ev)
+        if out_dir is not None:
+            writer = _write_events(out_dir, ev, writer)
+
     try:
         for b in source:
             stats.update(b.stats)
             if b.quarantine.height:
                 quarantine.append(b.quarantine)
-            if b.events.height:
-                eng.feed(b.events)
-                if out_dir is not None:
-                    writer = _write_events(out_dir, b.events, writer)
+            if b.events.height:   # many small files: coalesce into fewer, larger batches
+                pending.append(b.events)
+                pending_rows += b.events.height
+                if pending_rows >= COALESCE_ROWS:
+                    flush()
+        flush()
     finally:
         if writer is not None:
             writer.close()
