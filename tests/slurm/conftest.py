@@ -198,3 +198,19 @@ class FakeClock:
 @pytest.fixture
 def clock():
     return FakeClock()
+
+
+@pytest.fixture
+def run_cli(capsys, monkeypatch):
+    """Run the real CLI entry point in-process: ``run_cli(*argv, slurm_conf=None) -> (rc, stdout, stderr)``."""
+    from recovery_logs.cli import main
+
+    def run(*argv: str, slurm_conf: str | None = None) -> tuple[int, str, str]:
+        if slurm_conf:
+            monkeypatch.setenv("SLURM_CONF", slurm_conf)
+        capsys.readouterr()
+        rc = main(list(argv))
+        out = capsys.readouterr()
+        return rc, out.out, out.err
+
+    return run

@@ -117,21 +117,20 @@ def test_any_changed_byte_breaks_the_chain(tmp_path_factory, data):
     assert ei.value.record_id in (rid, rid + 1)
 
 
-def test_export_jsonl_and_parquet(tmp_path: Path):
+def test_export_jsonl_and_parquet(tmp_path: Path, run_cli):
     _fill(tmp_path).close()
     for fmt in ("jsonl", "parquet"):
         out = tmp_path / f"a.{fmt}"
-        p = _cli("audit", "export", "--format", fmt, "-o", str(out), "--state-dir", str(tmp_path))
-        assert p.returncode == 0, p.stderr
+        rc, stdout, err = run_cli("audit", "export", "--format", fmt, "-o", str(out), "--state-dir", str(tmp_path))
+        assert rc == 0 and "exported 6 records" in stdout, err
     lines = [json.loads(x) for x in (tmp_path / "a.jsonl").read_text().splitlines()]
     assert [x["id"] for x in lines] == [1, 2, 3, 4, 5, 6] and lines[5]["payload"]["note"] == "é ✓"
     df = pl.read_parquet(tmp_path / "a.parquet")
     assert df["hash"].to_list() == [x["hash"] for x in lines]
     assert df.schema["time"] == pl.Datetime("ns", "UTC")
-    bad = _cli("audit", "export", "--format", "csv", "--state-dir", str(tmp_path))
-    assert bad.returncode == 2
+    assert run_cli("audit", "export", "--format", "csv", "--state-dir", str(tmp_path))[0] == 2
 
 
-def test_missing_db_is_an_audit_error(tmp_path: Path):
-    p = _cli("audit", "verify", "--state-dir", str(tmp_path / "nope"))
-    assert p.returncode == 12 and "no audit database" in p.stderr
+def test_missing_db_is_an_audit_error(tmp_path: Path, run_cli):
+    rc, _, err = run_cli("audit", "verify", "--state-dir", str(tmp_path / "nope"))
+    assert rc == 12 and "no audit database" in err

@@ -4,8 +4,6 @@ unsafe targets and dry-run."""
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -25,11 +23,6 @@ def observe(cluster, job: str | None = None) -> dict:
         j = cluster.job(job)
         out["job"] = (j.get("JobState"), j.get("Restarts"), j.get("ExcNodeList"), j.get("NodeList"))
     return out
-
-
-def cli(cluster, *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "recovery_logs.cli", *args], env=cluster.env, capture_output=True,
-                          text=True, timeout=120)
 
 
 def test_reader_sacct_json_parsable_and_live_views(cluster):
@@ -120,7 +113,7 @@ def test_autonomous_drains_culprit_and_requeues_job_off_it(cluster, tmp_path: Pa
     assert 0 < figs["jobs"][job] < 1
 
 
-def test_approve_mode_waits_for_an_operator(cluster, tmp_path: Path, recording, incident):
+def test_approve_mode_waits_for_an_operator(cluster, tmp_path: Path, recording, incident, run_cli):
     job = cluster.submit("-N", "2", "--gpus-per-node=2", "--requeue")
     nodes = cluster.wait_running(job)
     before = observe(cluster, job)
@@ -131,16 +124,17 @@ def test_approve_mode_waits_for_an_operator(cluster, tmp_path: Path, recording, 
     assert runner.mutating() == [] and observe(cluster, job) == before
     rem.close()
     drain_id, requeue_id = ds[0].action_id, ds[1].action_id
-    shown = cli(cluster, "console", "--once", "--width", "140", "--state-dir", str(tmp_path))
-    assert drain_id in shown.stdout and requeue_id in shown.stdout
-    ok = cli(cluster, "approve", drain_id, "--state-dir", str(tmp_path))
-    assert ok.returncode == 0 and f"{drain_id}: approved/done" in ok.stdout, ok.stderr
+    conf = cluster.conf
+    rc, shown, _ = run_cli("console", "--once", "--width", "140", "--state-dir", str(tmp_path))
+    assert rc == 0 and drain_id in shown and requeue_id in shown
+    rc, out, err = run_cli("approve", drain_id, "--state-dir", str(tmp_path), slurm_conf=conf)
+    assert rc == 0 and f"{drain_id}: approved/done" in out, err
     assert cluster.node(nodes[1])["Reason"].startswith("recovery-logs:inc-appr0001")
-    rej = cli(cluster, "reject", requeue_id, "--reason", "job is checkpointing", "--state-dir", str(tmp_path))
-    assert rej.returncode == 0, rej.stderr
+    rc, out, err = run_cli("reject", requeue_id, "--reason", "job is checkpointing", "--state-dir", str(tmp_path))
+    assert rc == 0, err
     assert cluster.job(job)["Restarts"] == "0" and cluster.job(job)["JobState"] == "RUNNING"
-    again = cli(cluster, "approve", requeue_id, "--state-dir", str(tmp_path))
-    assert again.returncode == 11 and "awaiting approval" in again.stderr
+    rc, out, err = run_cli("approve", requeue_id, "--state-dir", str(tmp_path), slurm_conf=conf)
+    assert rc == 11 and "awaiting approval" in err
     rem = Remediator.from_options(tmp_path, mode="approve", runner=runner)
     kinds = [(r.kind, r.action_id) for r in rem.audit.records() if r.kind in ("approval", "rejection", "result")]
     assert kinds == [("approval", drain_id), ("result", drain_id), ("rejection", requeue_id)]

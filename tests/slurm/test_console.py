@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
+import json
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 from recovery_logs.console import Snapshot, render
@@ -46,37 +45,31 @@ def test_console_golden_render(tmp_path: Path, incident, clock):
     assert all(len(line) <= 100 for line in text.splitlines())
 
 
-def test_console_once_cli(tmp_path: Path, incident, clock):
+def test_console_once_cli(tmp_path: Path, incident, clock, run_cli):
     sd = _state(tmp_path, incident, clock)
-    p = subprocess.run([sys.executable, "-m", "recovery_logs.cli", "console", "--once", "--width", "100",
-                        "--state-dir", str(sd)], capture_output=True, text=True, timeout=60)
-    assert p.returncode == 0, p.stderr
+    rc, out, err = run_cli("console", "--once", "--width", "100", "--state-dir", str(sd))
+    assert rc == 0, err
     snap = Snapshot.load(sd)
     assert [v.id for v in snap.incidents] == ["inc-7f3a9c0d11e2", "inc-aa00bb11cc22", "inc-19b2c4d5e6f7"]
     assert len(snap.pending) == 2
     for pv in snap.pending:
-        assert pv.action_id in p.stdout
-    assert "mode approve | budget 0/10 this hour" in p.stdout
-    missing = subprocess.run([sys.executable, "-m", "recovery_logs.cli", "console", "--once", "--state-dir",
-                              str(tmp_path / "none")], capture_output=True, text=True, timeout=60)
-    assert missing.returncode == 12 and "no audit database" in missing.stderr
+        assert pv.action_id in out
+    assert "mode approve | budget 0/10 this hour" in out and max(len(x) for x in out.splitlines()) == 100
+    rc, _, err = run_cli("console", "--once", "--state-dir", str(tmp_path / "none"))
+    assert rc == 12 and "no audit database" in err
 
 
-def test_approve_cli_applies_the_recorded_policy(tmp_path: Path, incident, clock):
+def test_approve_cli_applies_the_recorded_policy(tmp_path: Path, incident, clock, run_cli):
     """`approve` reopens the state dir with the watcher's policy: a spent budget still denies."""
     rem = Remediator.from_options(tmp_path, mode="approve", runner=NoSlurm(), clock=clock, cluster_nodes=4,
                                   budget_per_hour=0)
     d = rem.handle([incident("inc-budget0001", "gpu-n02", None, kinds=("drain",))])[0]
     rem.close()
-    p = subprocess.run([sys.executable, "-m", "recovery_logs.cli", "approve", d.action_id, "--state-dir",
-                        str(tmp_path)], capture_output=True, text=True, timeout=60)
-    assert p.returncode == 0, p.stderr
-    assert f"{d.action_id}: denied/denied — action budget spent: 0/0" in p.stdout
-    st = subprocess.run([sys.executable, "-m", "recovery_logs.cli", "slurm", "status", "--json", "--state-dir",
-                         str(tmp_path)], capture_output=True, text=True, timeout=60)
-    import json
-
-    data = json.loads(st.stdout)
+    rc, out, err = run_cli("approve", d.action_id, "--state-dir", str(tmp_path))
+    assert rc == 0, err
+    assert f"{d.action_id}: denied/denied — action budget spent: 0/0" in out
+    rc, out, err = run_cli("slurm", "status", "--json", "--state-dir", str(tmp_path))
+    data = json.loads(out)
     assert data["actions"] == {"denied": 1} and data["mode"] == "approve" and data["budget_per_hour"] == 0
     reopened = Remediator.open_existing(tmp_path, runner=NoSlurm(), clock=clock)
     assert (reopened.config.budget_per_hour, reopened.config.cluster_nodes) == (0, 4)

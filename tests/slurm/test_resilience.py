@@ -3,8 +3,6 @@ ownership; slurmctld stopped mid-action; a crash between intent and result."""
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -16,7 +14,8 @@ pytestmark = pytest.mark.slurm
 ADMIN_REASON = "admin: fan replacement"
 
 
-def test_flood_budget_breaker_cooldown_and_ownership(cluster, tmp_path: Path, recording, incident, clock):
+def test_flood_budget_breaker_cooldown_and_ownership(cluster, tmp_path: Path, recording, incident, clock,
+                                                    run_cli):
     cluster.run("scontrol", "update", "NodeName=gpu-n04", "State=DRAIN", f"Reason={ADMIN_REASON}")
     jobs = [cluster.submit("--gpus=1", wrap="sleep 300") for _ in range(3)]
     for j in jobs:
@@ -66,9 +65,8 @@ def test_flood_budget_breaker_cooldown_and_ownership(cluster, tmp_path: Path, re
     assert cluster.node("gpu-n04")["Reason"].startswith(ADMIN_REASON)
     rem.close()
     # manual reset through the CLI, then drains run again
-    p = subprocess.run([sys.executable, "-m", "recovery_logs.cli", "slurm", "breaker-reset", "--state-dir",
-                        str(state)], env=cluster.env, capture_output=True, text=True, timeout=60)
-    assert p.returncode == 0 and "was tripped" in p.stdout, p.stderr
+    rc, out, err = run_cli("slurm", "breaker-reset", "--state-dir", str(state))
+    assert rc == 0 and "was tripped" in out, err
     rem = Remediator.from_options(state, mode="autonomous", policy_file=policy, runner=runner, clock=clock)
     assert rem.handle([incident("inc-flood-21", "gpu-n02", None, kinds=("drain",))])[0].status == "done"
     assert [r.payload["event"] for r in rem.audit.records("breaker")] == ["tripped", "reset"]
