@@ -13,7 +13,8 @@ line generator run in a child process; the watcher runs in this process (one cor
 2. throughput: ``--throughput-lines`` lines already on the server, read with no prefilter
    (every line reaches the watcher): lines/s through query -> events -> Engine -> incidents.
 3. memory: ``--memory-duration`` seconds at ``--rate``; RSS of the watcher process sampled
-   every 10 s, with the dedupe keys and engine findings held.
+   every 10 s, with the dedupe keys and engine findings held (engine rebuilt every
+   ``--rotate`` s from ``--context`` s of server history, as ``watch`` does every 30 min).
 """
 
 from __future__ import annotations
@@ -183,7 +184,7 @@ def throughput(args) -> dict:
 
 def memory(args) -> dict:
     proc, port, _, stop = start_server(args.rate, 1e9)
-    w = watcher(port, args.refresh)
+    w = watcher(port, args.refresh, context_s=args.context, rotate_s=args.rotate)
     samples = []
     t_start = time.monotonic()
     next_sample = t_start
@@ -195,7 +196,7 @@ def memory(args) -> dict:
                 samples.append({"t_s": round(t0 - t_start), "rss_mb": round(rss_mb(), 1),
                                 "generated": GENERATED[0].value, "events": w.stats["events"],
                                 "lag_s": round(w.vl.lag_s() or 0, 1), "dedupe_keys": len(w.vl.dedupe),
-                                "findings": w.engine.findings.height})
+                                "findings": w.engine.findings.height, "rotations": w.stats["rotations"]})
                 next_sample += 10
             time.sleep(max(0.0, args.refresh - (time.monotonic() - t0)))
     finally:
@@ -214,6 +215,8 @@ def main() -> None:
     ap.add_argument("--refresh", type=float, default=1.0)
     ap.add_argument("--throughput-lines", type=int, default=200_000)
     ap.add_argument("--memory-duration", type=float, default=120.0)
+    ap.add_argument("--context", type=float, default=60.0, help="memory phase: engine context seconds")
+    ap.add_argument("--rotate", type=float, default=60.0, help="memory phase: engine rebuilt this often")
     ap.add_argument("--only", choices=["latency", "throughput", "memory"], default=None)
     args = ap.parse_args()
     out = {}

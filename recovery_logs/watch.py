@@ -14,6 +14,10 @@ any reported incident that may still grow, so it keeps its id — then the
 live read resumes at ``complete - lateness``, and an incident is printed again only if it
 gained evidence or changed status.
 
+Long runs: the engine keeps every finding, so with a VictoriaLogs source it is rebuilt every
+``rotate_s`` from the server's history of the context window (the server is the store); memory
+then stays bounded by the context, and reported incidents keep their ids (see restart).
+
 Late events: an event older than the watermark when it arrives is counted (``late``) and still
 fed; attribution is a function of all accumulated findings, so it is still attributed.
 """
@@ -34,7 +38,15 @@ import polars as pl
 from recovery_logs.config import EngineConfig
 from recovery_logs.errors import ConfigError, RecoveryLogsError, SourceError
 from recovery_logs.model import Incident
-from recovery_logs.sources.tail import NS, FileFollower, VLFollower, WatchCursor, cursor_name, history_rows
+from recovery_logs.sources.tail import (
+    NS,
+    FileFollower,
+    VLFollower,
+    WatchCursor,
+    cursor_name,
+    history_rows,
+    record_key,
+)
 from recovery_logs.sources.victorialogs import VictoriaLogsClient, parse_url
 
 __all__ = ["WatchOptions", "Watcher", "compose_query", "incident_rows", "parse_sources"]
@@ -56,6 +68,7 @@ class WatchOptions:
     catchup_s: float = 5.0
     context_s: float = 600.0
     max_context_s: float = 86400.0       # never re-read more than this on restart
+    rotate_s: float | None = 1800.0      # VictoriaLogs: rebuild the engine from `context` history this often
     since_s: float | None = None         # first start (no cursor): read back this far (default: lateness)
     duration_s: float | None = None
     rules_dir: Path | None = None
@@ -180,6 +193,7 @@ class Watcher:
         self.last_error: str | None = None
         self.query: str | None = None
         self.fields: list[str] | None = None
+        self._born = clock()
 
     # -- setup -------------------------------------------------------------------------------
     def open(self) -> Watcher:
@@ -208,16 +222,21 @@ class Watcher:
             self.files = FileFollower(self.file_patterns, offsets=dict(self.cursor.files))
         return self
 
-    def _rebuild(self, resume_ns: int) -> None:
-        """Context for attribution after a restart: history before the resume window."""
-        assert self.client is not None and self.query is not None
-        lo, hi = resume_ns - int(self.options.context_s * NS), resume_ns - self.lateness_ns - 1
-        # reach back to the start of every incident that may still grow, so it keeps its id
+    def _context_start(self, resume_ns: int) -> int:
+        """``resume - context``, reaching back to the start of every reported incident that
+        may still grow (so it keeps its id), never further than ``max_context_s``."""
+        lo = resume_ns - int(self.options.context_s * NS)
         gap = int(self.engine.config.incident_gap_s * NS)
         starts = [v["first_seen"] for v in self.cursor.reported.values()
                   if v.get("first_seen") is not None and v.get("last_seen", 0) >= resume_ns - gap - self.lateness_ns]
         if starts:
             lo = max(min(lo, min(starts)), resume_ns - int(self.options.max_context_s * NS))
+        return lo
+
+    def _rebuild(self, resume_ns: int) -> None:
+        """Context for attribution after a restart: history before the resume window."""
+        assert self.client is not None and self.query is not None
+        lo, hi = self._context_start(resume_ns), resume_ns - self.lateness_ns - 1
         if hi < lo:
             return
         try:
@@ -226,6 +245,34 @@ class Watcher:
                 self.stats["rebuilt"] += len(rows)
         except SourceError as exc:
             self._error("rebuild", exc)
+
+    def _rotate(self, now: int) -> None:
+        """Bound memory on a long run: a fresh Engine rebuilt from the server's history of the
+        context window (the server is the store), swapped in only if the read finished. Every
+        row read is marked seen, so the live read never feeds it twice."""
+        from recovery_logs.pipeline import Engine
+
+        assert self.vl is not None and self.client is not None and self.query is not None
+        hi = now - self.vl.offset_ns
+        lo = self._context_start(self.vl.complete_ns or hi)
+        fresh = Engine(self.engine.config, pack=self.engine.pack)
+        old, self.engine = self.engine, fresh
+        read = 0
+        try:
+            for rows in history_rows(self.client, self.query, lo, hi, fields=self.fields):
+                for r in rows:
+                    self.vl.dedupe.add(record_key(r))
+                self._feed(self._vl_events(rows), count_late=False, tally=False)
+                read += len(rows)
+        except SourceError as exc:
+            self.engine = old                # keep the full state; try again next period
+            self._error("rotate", exc)
+            return
+        if old.watermark_ns is not None:
+            fresh.advance(old.watermark_ns)
+        self._born = now
+        self.stats["rotations"] += 1
+        self.stats["rotated_rows"] += read
 
     # -- conversion --------------------------------------------------------------------------
     def _vl_events(self, rows: list[dict[str, str]]) -> Any:
@@ -259,8 +306,9 @@ class Watcher:
         return out
 
     # -- one step ----------------------------------------------------------------------------
-    def _feed(self, batch: Any, count_late: bool = True) -> int:
-        self.stats.update({k: v for k, v in batch.stats.items() if isinstance(v, int) and k != "events"})
+    def _feed(self, batch: Any, count_late: bool = True, tally: bool = True) -> int:
+        if tally:
+            self.stats.update({k: v for k, v in batch.stats.items() if isinstance(v, int) and k != "events"})
         ev: pl.DataFrame = batch.events
         if ev.height == 0:
             return 0
@@ -271,7 +319,8 @@ class Watcher:
             late = ev.select((pl.col("time").dt.epoch("ns") < wm).sum()).item()
             self.stats["late"] += int(late or 0)
         self.engine.feed(ev)
-        self.stats["events"] += ev.height
+        if tally:
+            self.stats["events"] += ev.height
         return ev.height
 
     def _error(self, stage: str, exc: BaseException) -> None:
@@ -297,6 +346,9 @@ class Watcher:
                     fed += self._feed(b)
             except RecoveryLogsError as exc:
                 self._error("files", exc)
+        if (self.vl is not None and self.options.rotate_s and self.vl.complete_ns is not None
+                and now - self._born >= int(self.options.rotate_s * NS)):
+            self._rotate(now)
         self.engine.advance(now - self.lateness_ns)
         changed = self._report()
         self._sync_metrics(now)

@@ -238,3 +238,23 @@ def test_cli_watch_server_down_keeps_retrying(tmp_path, capsys):
     assert f"cannot connect to VictoriaLogs at http://127.0.0.1:{port}" in captured.err
     assert captured.err.count("catch-up") >= 2          # it kept retrying
     assert len(captured.err) < 4000                      # clear, not a wall of query text
+
+
+def test_engine_rotation_keeps_incidents_and_bounds_state(empty_vls):
+    """rotate_s: the engine is rebuilt from the server's context history; the incidents and
+    their ids stay, nothing is reported twice, and rows are not fed twice."""
+    empty_vls.ingest(dataset(time.time_ns() - 3 * NS))
+    emitted: list[str] = []
+    w = Watcher(_opts(empty_vls, rotate_s=0.5, context_s=1800.0), engine=_engine(),
+                emit=lambda k, i: emitted.append(i.id)).open()
+    try:
+        _run(w, lambda out, w: w.vl.stats["catchups"] >= 1 and w.incidents, timeout=5)
+        before = [(i.id, i.count) for i in w.incidents]
+        findings_before = w.engine.findings.height
+        _run(w, lambda out, w: w.stats["rotations"] >= 2, timeout=6)
+        after = [(i.id, i.count) for i in w.incidents]
+    finally:
+        w.close()
+    assert w.stats["rotations"] >= 2 and w.stats["rotated_rows"] > 0
+    assert after == before and w.engine.findings.height == findings_before
+    assert len(emitted) == len(set(emitted)) == len(before)
