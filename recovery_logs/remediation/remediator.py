@@ -125,9 +125,7 @@ class Remediator:
         rem = cls(audit, config, SlurmExecutor(runner), clock)
         # a "session" record, not "config": the console keeps showing the watcher's policy
         audit.append("session", {"mode": mode, "policy_from_record": last[0].id if last else None})
-        if rem._rows("status = 'running'"):
-            rem.reconcile()
-        return rem
+        return rem   # no reconcile here: a running watcher may own the 'running' rows
 
     def record(self, kind: str, payload: dict[str, Any]) -> None:
         """Record what the engine loaded (``kind`` "config" or "model": name, version, sha256...)."""
@@ -169,10 +167,14 @@ class Remediator:
             self.audit.set_state("cluster_nodes", n)
         return int(n)
 
-    def policy_state(self) -> PolicyState:
+    def policy_state(self, incident_id: str | None = None) -> PolicyState:
+        """Rebuilt from the actions table: what ran within the longest policy horizon, plus
+        everything that ran for ``incident_id`` (the per-incident budget has no horizon)."""
         br = self.breaker()
+        horizon = self.clock() - max(3600.0, self.config.breaker_window_s, self.config.cooldown_s)
         executed = tuple(Executed(r["executed_ts"], r["kind"], r["target"] or "", r["incident_id"])
-                         for r in self._rows("executed_ts IS NOT NULL"))
+                         for r in self._rows("executed_ts IS NOT NULL AND (executed_ts > ? OR incident_id = ?)",
+                                             (horizon, incident_id)))
         nodes = self._cluster_nodes() if self.config.mode != "monitor" else self.config.cluster_nodes
         return PolicyState(executed, bool(br.get("tripped")), br.get("reason", ""), nodes,
                            int(self.audit.get_state("counter:dry_run", 0)))
@@ -242,7 +244,7 @@ class Remediator:
                                   action_id=act)
                 return self._decide(existing, act, key, p, incident_id, cause, "denied", "denied",
                                     f"unsafe target rejected: {exc.message}", {}, now)
-            state = self.policy_state()
+            state = self.policy_state(incident_id)
             v = evaluate(self.config, state, ActionRequest(p.kind, p.target or "", incident_id,
                                                            own_drain=p.kind == "resume_node"), now)
             if v.trip_breaker:
@@ -290,9 +292,9 @@ class Remediator:
         with self.audit.transaction():
             self.audit.append("approval", {"action_id": act_id, "by": by}, incident_id=row["incident_id"],
                               action_id=act_id)
-            v = evaluate(self.config, self.policy_state(), ActionRequest(row["kind"], row["target"] or "",
-                                                                        row["incident_id"]), now,
-                         approved_by_human=True)
+            v = evaluate(self.config, self.policy_state(row["incident_id"]),
+                         ActionRequest(row["kind"], row["target"] or "", row["incident_id"],
+                                       own_drain=row["kind"] == "resume_node"), now, approved_by_human=True)
             if v.trip_breaker:
                 self._trip(v.reason)
             status = {"dry_run": "dry_run", "denied": "denied", "approved": "queued",

@@ -77,12 +77,28 @@ class SubprocessRunner:
         return CommandResult(argv, p.returncode, p.stdout, p.stderr, time.monotonic() - t0)
 
 
+# Slurm's message -> what it means for us (measured on 22.05.8; see scripts/slurm and shared README)
+_MEANING = (
+    ("Invalid node name specified", "the node is not known to Slurm"),
+    ("Invalid job id specified", "the job id is not known to slurmctld"),
+    ("Requested operation is presently disabled", "the job does not allow requeue (submitted with --no-requeue)"),
+    ("Job is pending execution", "the job is pending, there is nothing to requeue"),
+    ("Invalid node state specified", "the node is not in a state that allows this change"),
+    ("You must specify a reason", "Slurm needs a reason to drain a node"),
+    ("Access/permission denied", "this user may not change the cluster (needs root or SlurmUser)"),
+    ("Job/step already completing or completed", "the job has already ended"),
+)
+
+
 def check(res: CommandResult, what: str) -> CommandResult:
     """Raise the mapped error for a failed command; return it otherwise."""
     if res.rc == 0:
         return res
     text = (res.stderr or "") + (res.stdout or "")
     msg = text.strip().splitlines()[-1] if text.strip() else f"exit status {res.rc}"
+    meaning = next((m for k, m in _MEANING if k in text), None)
+    if meaning:
+        msg = f"{meaning} ({msg})"
     if any(s in text for s in _UNAVAILABLE):
         raise SlurmUnavailable(f"slurm: {what}: controller or accounting unreachable ({msg})",
                                argv=list(res.argv), rc=res.rc, stderr=res.stderr.strip())

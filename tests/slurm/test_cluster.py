@@ -166,3 +166,21 @@ def test_dry_run_is_audited_and_counted_never_consumes(cluster, tmp_path: Path, 
     assert (b["used_hour"], b["dry_runs"], b["drained_in_window"]) == (0, 8, [])
     assert rem.breaker()["tripped"] is False
     assert rem.audit.count("decision") == 8 and node in NODES
+
+
+def test_slurm_refusals_become_clear_failed_results(cluster, tmp_path: Path, recording, incident):
+    norq = cluster.submit("--no-requeue", "--gpus=1", wrap="sleep 300")
+    node = cluster.wait_running(norq)[0]
+    runner = recording(cluster.runner())
+    rem = Remediator.from_options(tmp_path, mode="autonomous", runner=runner, cluster_nodes=4, cooldown_s=0)
+    ds = rem.handle([incident("inc-refuse01", "gpu-n99", None, kinds=("drain",)),
+                     incident("inc-refuse02", node, norq, kinds=("requeue",)),
+                     incident("inc-refuse03", None, "999999", kinds=("cancel",))])
+    assert [d.status for d in ds] == ["failed", "failed", "failed"]
+    msgs = [d.result.get("message", "") for d in ds]
+    assert "node gpu-n99 is not known to slurmctld" in msgs[0]
+    assert f"job {norq} was submitted with --no-requeue" in msgs[1]
+    assert "job 999999 is not known to slurmctld" in msgs[2]
+    assert runner.mutating() == []                    # refused before anything was changed
+    assert cluster.job(norq)["JobState"] == "RUNNING"
+    assert [r.payload["outcome"] for r in rem.audit.records("result")] == ["failed"] * 3

@@ -74,3 +74,34 @@ def test_approve_cli_applies_the_recorded_policy(tmp_path: Path, incident, clock
     reopened = Remediator.open_existing(tmp_path, runner=NoSlurm(), clock=clock)
     assert (reopened.config.budget_per_hour, reopened.config.cluster_nodes) == (0, 4)
     assert [r.kind for r in reopened.audit.records()][-1] == "session"
+
+
+def test_interactive_console_rejects_from_the_prompt(tmp_path: Path, incident, clock, monkeypatch):
+    import io
+
+    from rich.console import Console
+
+    from recovery_logs.console import run_console
+
+    sd = _state(tmp_path, incident, clock)
+    target = Snapshot.load(sd).pending[0].action_id
+    r, w = os.pipe()
+    os.write(w, f"x nonsense\nr {target}\nq\n".encode())
+    os.close(w)
+    monkeypatch.setattr("sys.stdin", os.fdopen(r))
+    seen: list[tuple[str, str]] = []
+
+    def act(what: str, action_id: str) -> str:
+        rem = Remediator.open_existing(sd, mode="approve", runner=NoSlurm(), clock=clock)
+        try:
+            d = rem.reject(action_id, by="console") if what == "reject" else rem.approve(action_id, by="console")
+        finally:
+            rem.close()
+        seen.append((what, action_id))
+        return f"{d.action_id}: {d.decision}/{d.status}"
+
+    buf = io.StringIO()
+    run_console(sd, 100, 0.05, act, out=Console(file=buf, width=100, color_system=None))
+    assert seen == [("reject", target)]
+    assert "unknown command 'x nonsense'" in buf.getvalue() and f"{target}: rejected/rejected" in buf.getvalue()
+    assert target not in [p.action_id for p in Snapshot.load(sd).pending]
