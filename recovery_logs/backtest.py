@@ -47,7 +47,7 @@ from recovery_logs.remediation.policy import (
 from recovery_logs.schema import TIME
 
 __all__ = ["DECISION_SCHEMA", "BacktestOptions", "BacktestResult", "Case", "backtest", "grade_against_truth",
-           "load_cases", "run_backtest"]
+           "load_cases", "max_concurrent", "rows_with_iso_times", "run_backtest"]
 
 NS = 1_000_000_000
 
@@ -249,6 +249,15 @@ def _frame(rows: list[dict[str, Any]], schema: dict[str, pl.DataType]) -> pl.Dat
                             for k, v in schema.items() if v == TIME])
 
 
+def rows_with_iso_times(df: pl.DataFrame) -> list[dict[str, Any]]:
+    """Rows as dicts with times as RFC3339 text keeping nanoseconds."""
+    from recovery_logs.timeutil import ns_to_iso
+
+    tcols = [c for c, t in df.schema.items() if t == TIME]
+    flat = df.with_columns([pl.col(c).dt.epoch("ns") for c in tcols])
+    return [{**r, **{c: ns_to_iso(r[c]) for c in tcols}} for r in flat.to_dicts()]
+
+
 def max_concurrent(decisions: pl.DataFrame, hold_s: float) -> int:
     """Peak number of distinct nodes whose executed drain is less than ``hold_s`` old."""
     ex = (decisions.filter((pl.col("kind") == "drain_node") & (pl.col("outcome") == "executed"))
@@ -323,8 +332,7 @@ class BacktestResult:
                                                                 "min_incidents": self.options.gate.min_incidents},
                 "summary": self.summary(), "per_rule": self.per_rule().to_dicts(),
                 "per_action": self.per_action().to_dicts(),
-                "decisions": [{**r, "time": r["time"].isoformat() if r["time"] else None}
-                              for r in self.decisions.to_dicts()]}
+                "decisions": rows_with_iso_times(self.decisions)}
 
     def to_json(self) -> str:
         return json.dumps(self.to_dict(), indent=2, ensure_ascii=False, default=str)

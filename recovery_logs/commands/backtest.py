@@ -62,6 +62,7 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Grade monitor-mode proposals from the audit trail (approvals, rejections) and later
         incidents; per-rule precision and which rules the promotion gate lets act alone."""
+        from recovery_logs.backtest import rows_with_iso_times
         from recovery_logs.grading import PromotionGate, grading_from_state
         from recovery_logs.timeutil import parse_duration_s
 
@@ -70,7 +71,7 @@ def register(app: typer.Typer) -> None:
         if as_json:
             doc = {"gate": {"min_precision": gate.min_precision, "min_incidents": gate.min_incidents},
                    "rules": table.to_dicts(),
-                   "grades": [{**r, "time": r["time"].isoformat() if r["time"] else None} for r in grades.to_dicts()]}
+                   "grades": rows_with_iso_times(grades)}
             sys.stdout.write(json.dumps(doc, indent=2, default=str) + "\n")
             return
         from rich.console import Console
