@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from recovery_logs.remediation.remediator import Remediator
-from recovery_logs.sources.slurm import SlurmClient, expand_hostlist
+from recovery_logs.sources.slurm import CommandResult, SlurmClient, expand_hostlist
 
 pytestmark = pytest.mark.slurm
 NODES = ("gpu-n01", "gpu-n02", "gpu-n03", "gpu-n04")
@@ -44,6 +44,24 @@ def test_reader_sacct_json_parsable_and_live_views(cluster):
             (b.state, b.nodes, b.gpus, b.exit_code, b.start_ns, b.end_ns)
     on = client.jobs_on(nodes[1], time.time_ns())
     assert multi in [r.job_id for r in on] and fail not in [r.job_id for r in on]
+    # a sacct --json shape this parser does not know (a newer data_parser) falls back to --parsable2
+    class NewerSlurm:
+        def __init__(self, inner):
+            self.inner, self.argvs = inner, []
+
+        def run(self, argv, timeout_s):
+            self.argvs.append(tuple(argv))
+            res = self.inner.run(argv, timeout_s)
+            if "--json" in argv:
+                return CommandResult(res.argv, 0, json.dumps({"meta": {"plugin": {"type": "data_parser/v9.9.9"}},
+                                                              "jobs": [{"job_id": {"number": 1}}]}), "")
+            return res
+
+    newer = NewerSlurm(cluster.runner())
+    fallback = {r.job_id: r for r in SlurmClient(newer).jobs([fail, multi])}
+    assert [a[1] for a in newer.argvs] == ["--json", "-P"]
+    assert {j: (r.state, r.exit_code, r.gpus) for j, r in fallback.items()} == \
+        {j: (r.state, r.exit_code, r.gpus) for j, r in by_json.items()}
     infos = {n.name: n for n in client.nodes()}
     assert sorted(infos) == list(NODES) and all(n.gpus == 8 for n in infos.values())
     assert int(multi) in [j["job_id"] for j in client.queue()]
