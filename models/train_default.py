@@ -11,16 +11,20 @@
    fault), false alarms on healthy runs, and recall on injected novel faults (a Lustre/LNet
    timeout storm no rule covers) — and store those metrics in the sidecar.
 
-Everything is seeded: the same library versions give the same model bytes and sha256.
+Everything is seeded: the same library versions give the same forest and the same scores
+(``train_scores_sha256`` in the sidecar's metrics). The skops archive's bytes (and so its
+sha256) still differ between runs, because skops names its array files by object id.
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import shutil
 from pathlib import Path
 
+import numpy as np
 import polars as pl
 
 from recovery_logs.detectors.evaluation import (
@@ -82,7 +86,9 @@ def main() -> None:
     train = pl.concat([frames(a.work, s, a.normal_only) for s in TRAIN_SEEDS], how="diagonal_relaxed")
     test = frames(a.work, TEST_SEED, False)
     model = WindowIsolationForest(features=list(MODEL_FEATURES), contamination=a.contamination, random_state=0).fit(train)
-    metrics = {"held_out_seed": TEST_SEED, **held_out(model, test)}
+    train_scores = np.round(model.score_samples(train), 10)
+    metrics = {"held_out_seed": TEST_SEED, **held_out(model, test),
+               "train_scores_sha256": hashlib.sha256(train_scores.tobytes()).hexdigest()}
     novel_root = a.work / "novel"
     shutil.rmtree(novel_root, ignore_errors=True)
     sims = {d.name: d for d in scenario_dirs(a.work / f"sim-seed{TEST_SEED}")}

@@ -15,8 +15,10 @@ before anything is loaded).
 from __future__ import annotations
 
 import hashlib
+import io
 import json
 import platform
+import zipfile
 from importlib import metadata
 from pathlib import Path
 from typing import Any
@@ -47,6 +49,20 @@ def library_versions() -> dict[str, str]:
     return out
 
 
+def _deterministic_zip(data: bytes) -> bytes:
+    """Re-pack a skops archive compressed, sorted and with fixed timestamps. (skops names array
+    files by ``id()``, so two fits of the same model still differ in bytes; compare scores.)"""
+    src = zipfile.ZipFile(io.BytesIO(data))
+    out = io.BytesIO()
+    with zipfile.ZipFile(out, "w", compression=zipfile.ZIP_DEFLATED, compresslevel=9) as dst:
+        for name in sorted(src.namelist()):
+            info = zipfile.ZipInfo(name, date_time=(1980, 1, 1, 0, 0, 0))
+            info.compress_type = zipfile.ZIP_DEFLATED
+            info.external_attr = 0o644 << 16
+            dst.writestr(info, src.read(name))
+    return out.getvalue()
+
+
 def save_artifact(obj: Any, directory: str | Path, sidecar: dict[str, Any]) -> Path:
     """Write ``obj`` with skops and the sidecar (sha256, versions added). Returns the directory."""
     import skops.io as sio
@@ -54,7 +70,7 @@ def save_artifact(obj: Any, directory: str | Path, sidecar: dict[str, Any]) -> P
     d = Path(directory)
     try:
         d.mkdir(parents=True, exist_ok=True)
-        data = sio.dumps(obj)
+        data = _deterministic_zip(sio.dumps(obj))
         (d / MODEL_FILE).write_bytes(data)
         meta = {"format": FORMAT, "model_file": MODEL_FILE, "sha256": _sha256(data),
                 "versions": library_versions(), **sidecar}
