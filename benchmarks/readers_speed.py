@@ -5,7 +5,8 @@
 Generates (once, reused when present) a plain-text mix (half kern.log in RFC3164 with NVRM
 lines split over several lines, half torchrun job output with rank prefixes, glog headers and
 tracebacks) and a VictoriaLogs JSON-lines export, then reads each with ``read_paths`` and prints
-lines/s, events and peak RSS.
+lines/s by wall clock and per CPU-second (the CPU figure is steadier on a shared machine; run
+with POLARS_MAX_THREADS=1 for a single-core number), events and peak RSS.
 """
 
 from __future__ import annotations
@@ -37,8 +38,8 @@ JOB = [
     "gpu-n01:12345:12401 [{r}] NCCL INFO Channel 00/0 : 0[0] -> 1[1] via P2P/IPC",
     "I1129 14:{m:02d}:{s:02d}.{u:06d} 140211 torch/distributed/elastic/agent/server/api.py:869] heartbeat",
 ]
-TB = ["[rank{r}]:Traceback (most recent call last):", '[rank{r}]:  File "train.py", line 88, in <module>',
-      "[rank{r}]:    main()", "[rank{r}]:RuntimeError: CUDA error: an illegal memory access was encountered"]
+TB = ["[rank{r}]: Traceback (most recent call last):", '[rank{r}]:   File "train.py", line 88, in <module>',
+      "[rank{r}]:     main()", "[rank{r}]: RuntimeError: CUDA error: an illegal memory access was encountered"]
 MONTHS = "Nov"
 
 
@@ -85,12 +86,13 @@ def gen_vl(path: Path, n: int, rnd: random.Random) -> None:
 
 
 def measure(label: str, paths: list[Path], lines: int) -> None:
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     r = read_paths(paths, ReadOptions(year=2026))
-    dt = time.perf_counter() - t0
+    dt, cpu = time.perf_counter() - t0, time.process_time() - c0
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    print(f"{label:24s} {lines:>9d} lines  {dt:6.2f} s  {lines / dt:>10,.0f} lines/s  "
-          f"events={r.events.height:,}  peak RSS={rss:,.0f} MiB")
+    print(f"{label:24s} {lines:>9d} lines  wall {dt:6.2f} s = {lines / dt:>9,.0f} lines/s   "
+          f"cpu {cpu:6.2f} s = {lines / cpu:>9,.0f} lines/cpu-s   events={r.events.height:,}  "
+          f"peak RSS={rss:,.0f} MiB")
 
 
 def main() -> None:

@@ -86,13 +86,13 @@ def _long_job_file() -> bytes:
     for i in range(2600):
         r = i % 4
         if i % 97 == 0:
-            out += [f"[rank{r}]:Traceback (most recent call last):", f'[rank{r}]:  File "t.py", line {i}, in f',
-                    f"[rank{(r + 1) % 4}]:step {i} loss 1.0", f"[rank{r}]:    g()", f"[rank{r}]:ValueError: v{i}"]
+            out += [f"[rank{r}]: Traceback (most recent call last):", f'[rank{r}]:   File "t.py", line {i}, in f',
+                    f"[rank{(r + 1) % 4}]: step {i} loss 1.0", f"[rank{r}]:     g()", f"[rank{r}]: ValueError: v{i}"]
         elif i % 131 == 0:
             out += [f"I1129 14:{i // 60 % 60:02d}:{i % 60:02d}.000000 1 x.py:1] tick {i}", "    detail a", "",
                     "    not joined after blank"]
         else:
-            out.append(f"[rank{r}]:step {i} loss 1.0")
+            out.append(f"[rank{r}]: step {i} loss 1.0")
     return ("\n".join(out) + "\n").encode()
 
 
