@@ -108,6 +108,8 @@ def _e(v: Any) -> str:
 
 def _table(df: pl.DataFrame, cols: Sequence[str] | None = None, code: Sequence[str] = ()) -> str:
     cols = list(cols or df.columns)
+    df = df.with_columns([pl.col(c).dt.convert_time_zone("UTC").dt.strftime("%Y-%m-%d %H:%M:%S%.9f")
+                          for c in cols if isinstance(df.schema[c], pl.Datetime)])
     head = "".join(f"<th>{_e(c)}</th>" for c in cols)
     body = []
     for r in df.select(cols).iter_rows(named=True):
