@@ -92,6 +92,12 @@ def test_nvlink5_fatal_decoding(pack, make_events, line, fatal, action):
     assert r["severity"] == ("critical" if fatal else "low")
 
 
+def test_xid_pid_without_name(pack, make_events):
+    r = one(pack, make_events, "kernel: [94558.085056] NVRM: Xid (PCI:0000:02:00): 45, pid=12723, Ch 00000000")
+    d = json.loads(r["detail"])
+    assert (r["xid"], d["pid"], d["channel"]) == (45, "12723", "00000000") and d.get("process") is None
+
+
 def test_plain_xid_has_null_fatal(pack, make_events):
     assert one(pack, make_events, "NVRM: Xid (PCI:0000:3b:00): 48, pid=1, name=x, DBE")["fatal"] is None
 
