@@ -144,6 +144,11 @@ def test_bundled_plus_simulated_history_budget_of_one_per_hour(history):
     assert (s["proposals"], s["executable"], s["executed"], s["denied_budget"]) == (
         proposals, executable, 1, executable - 1)
     assert s["right"] + s["wrong"] == proposals        # every case has truth: nothing unknown
+    drains = sum(actions_frame(list(c.incidents))["kind"].eq("drain_node").sum() for c in cases)
+    first = r.decisions.filter(pl.col("outcome") == "executed")["kind"].item()
+    row = r.per_action().filter(pl.col("kind") == "drain_node").row(0, named=True)
+    assert (row["proposals"], row["executed"], row["budget"]) == (
+        drains, int(first == "drain_node"), drains - int(first == "drain_node"))
 
 
 def test_backtest_cli_json(history, tmp_path):
