@@ -171,7 +171,7 @@ def iter_batches(paths: Sequence[str | Path], opts: ReadOptions = DEFAULT_OPTION
     if opts.fmt not in ("auto", *FORMATS):
         raise InputError(f"input: unknown format {opts.fmt!r}; use auto or one of {', '.join(FORMATS)}")
     files, skipped = expand_paths(paths)
-    dedup = Deduper()
+    dedup = Deduper(enabled=opts.dedupe)
     seq = seq_start
     first = True
     for fp in files:
@@ -284,7 +284,8 @@ def events_from_vl_records(records: Iterable[dict[str, str]], opts: ReadOptions 
                     pl.col("text").alias("raw_first"), pl.coalesce("stream_id", pl.lit(file)).alias("ooo_key"),
                     "host", "job_id", "source", file_col.alias("file"), pl.col("lineno").alias("line"),
                     "stream_id", "rank", "message")
-    events, q = Finisher(file, seq_start, dedup).finish(rec, stats)
+    events, q = Finisher(file, seq_start, dedup if dedup is not None else Deduper(enabled=opts.dedupe)).finish(
+        rec, stats)
     if q.height:
         quar.append(q)
     return Batch(events, pl.concat(quar) if quar else empty_quarantine(), stats)

@@ -63,6 +63,8 @@ class ReadOptions:
     ``batch_lines``: about how many lines one batch holds. ``path_host_regex`` /
     ``path_job_regex``: Python regexes searched in the path (posix form); the last match's first
     non-empty group is used (defaults: ``DEFAULT_PATH_HOST_REGEX``, ``DEFAULT_PATH_JOB_REGEX``).
+    ``dedupe``: with one-second syslog times, identical lines repeated within a second (an XID
+    storm) are "exact duplicates" too; set False to keep every line.
     """
 
     fmt: str = "auto"
@@ -75,6 +77,7 @@ class ReadOptions:
     batch_lines: int = 200_000
     path_host_regex: str = DEFAULT_PATH_HOST_REGEX
     path_job_regex: str = DEFAULT_PATH_JOB_REGEX
+    dedupe: bool = True          # drop exact duplicates (same host, own time, message)
 
 
 def empty_quarantine() -> pl.DataFrame:
@@ -94,13 +97,16 @@ def cut_raw(expr: pl.Expr) -> pl.Expr:
 class Deduper:
     """Bounded memory of (host, time, message) hashes of records with their own time."""
 
-    def __init__(self, window_ns: int = DEDUP_WINDOW_NS) -> None:
+    def __init__(self, window_ns: int = DEDUP_WINDOW_NS, enabled: bool = True) -> None:
         self.window_ns = window_ns
+        self.enabled = enabled
         self._seen = pl.DataFrame(schema={"h": pl.UInt64, "ts": pl.Int64})
         self._max_ts: int | None = None
 
     def mark(self, df: pl.DataFrame) -> pl.Series:
         """Boolean Series: True where the row (columns host, ts, message, own_time) is a duplicate."""
+        if not self.enabled:
+            return pl.Series("dup", [False] * df.height, dtype=pl.Boolean)
         h = df.select(pl.struct(pl.col("host"), pl.col("ts"), pl.col("message")).hash(seed=7).alias("h"))["h"]
         own = df["own_time"]
         cand = pl.DataFrame({"h": h, "own": own, "ts": df["ts"]})

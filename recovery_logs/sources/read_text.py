@@ -88,7 +88,7 @@ class TextParser:
                                 host_fields=opts.host_fields, rollover_after_ns=rollover)
         self.path_host = path_field(file, opts.path_host_regex) if opts.path_host_regex else None
         self.path_job = path_field(file, opts.path_job_regex) if opts.path_job_regex else None
-        self.finisher = Finisher(file, seq_start, dedup)
+        self.finisher = Finisher(file, seq_start, dedup if dedup is not None else Deduper(enabled=opts.dedupe))
         self._head = b""            # bytes held until the format is known
         self._pending = b""         # incomplete last line
         self._over = False          # the pending line is already over MAX_LINE_BYTES

@@ -166,3 +166,11 @@ def test_parquet_not_in_event_schema(tmp_path):
 def test_unknown_format_option():
     with pytest.raises(InputError, match="unknown format"):
         read_paths(["x"], ReadOptions(fmt="xml"))
+
+
+def test_dedupe_can_be_turned_off_for_storms(tmp_path):
+    p = tmp_path / "kern.log"
+    p.write_bytes(b"Nov 29 14:06:05 n1 kernel: NVRM: Xid 79\n" * 3)
+    assert read_paths([p], ReadOptions(year=2026)).events.height == 1
+    r = read_paths([p], ReadOptions(year=2026, dedupe=False))
+    assert r.events.height == 3 and r.stats["duplicates"] == 0
