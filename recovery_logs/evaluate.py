@@ -158,15 +158,26 @@ def scenario_inputs(d: Path, kind: str) -> list[Path]:
     return [vl]
 
 
-def _default_replay(paths: list[Path], truth: dict[str, Any]) -> tuple[list[Any], dict[str, Any]]:
-    try:
-        from recovery_logs.pipeline import ReplayOptions, replay
-        from recovery_logs.sources.files import ReadOptions
-    except ImportError as exc:   # pragma: no cover - shipped together
-        raise ConfigError("eval: needs recovery_logs.pipeline.replay") from exc
-    year = int(str(truth.get("start_time") or truth.get("fault_time") or "2026")[:4])
-    res = replay(paths, ReplayOptions(read=ReadOptions(year=year)))
-    return list(res.incidents), dict(res.summary)
+class PipelineReplay:
+    """The default replay adapter: ``recovery_logs.pipeline.replay`` with a fresh Engine per
+    scenario that shares one loaded rule pack (loading and compiling the packs is the slow part)."""
+
+    def __init__(self) -> None:
+        self._pack = None
+
+    def __call__(self, paths: list[Path], truth: dict[str, Any]) -> tuple[list[Any], dict[str, Any]]:
+        try:
+            from recovery_logs.pipeline import Engine, ReplayOptions, replay
+            from recovery_logs.rulepack import load_packs
+            from recovery_logs.sources.files import ReadOptions
+        except ImportError as exc:   # pragma: no cover - shipped together
+            raise ConfigError("eval: needs recovery_logs.pipeline.replay") from exc
+        opts = ReplayOptions(read=ReadOptions(year=int(str(truth.get("start_time") or truth.get("fault_time")
+                                                           or "2026")[:4])))
+        if self._pack is None:
+            self._pack = load_packs(opts.config.rules_dir)
+        res = replay(paths, opts, engine=Engine(opts.config, self._pack))
+        return list(res.incidents), dict(res.summary)
 
 
 # ---- scoring ------------------------------------------------------------------------------------
@@ -278,7 +289,7 @@ def evaluate(root: str | Path, options: EvalOptions | None = None,
     o = options or EvalOptions()
     o.check()
     t0 = time.perf_counter()
-    run = o.replay or _default_replay
+    run = o.replay or PipelineReplay()
     scores: list[ScenarioScore] = []
     for d in discover(Path(root)):
         sc = ScenarioScore(name=d.name, path=str(d))
@@ -301,5 +312,5 @@ def evaluate(root: str | Path, options: EvalOptions | None = None,
     return EvalReport(scores=scores, totals=t, missed=floors(t, o))
 
 
-__all__ = ["EvalFloorMissed", "EvalOptions", "EvalReport", "ScenarioScore", "discover", "evaluate", "floors", "load_truth", "score",
+__all__ = ["EvalFloorMissed", "EvalOptions", "EvalReport", "PipelineReplay", "ScenarioScore", "discover", "evaluate", "floors", "load_truth", "score",
            "scenario_inputs", "totals"]

@@ -132,7 +132,7 @@ def e2e(tmp_path_factory):
     reports = {}
     for seed in SEEDS:
         out = tmp_path_factory.mktemp(f"eval{seed}")
-        simulate(SimOptions(out=out, scenario="all", seed=seed, nodes=4, gpus_per_node=4, duration_s=1200.0))
+        simulate(SimOptions(out=out, scenario="all", seed=seed, nodes=3, gpus_per_node=2, duration_s=960.0))
         reports[seed] = {s.name: s for s in evaluate(out, EvalOptions()).scores}
     return reports
 
