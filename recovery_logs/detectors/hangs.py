@@ -9,8 +9,10 @@ replay uses. When no further tick arrives within the threshold, a hang finding i
 
 * that time is at or before ``ctx.watermark_ns``;
 * the job did not visibly end or fail in between: no ``cause``/``symptom`` finding and no
-  ``slurm_job_failure`` finding of the job in ``(last tick, fire time]`` — those are covered by
-  their own rules — unless ``ctx.job_states[job] == "RUNNING"``;
+  ``slurm_job_failure`` finding of the job — or without a job id on one of its hosts (kernel
+  XIDs) — in ``(last tick, fire time]`` (those are covered by their own rules; findings whose
+  time was inferred from a neighbour line do not count), unless ``ctx.job_states[job] ==
+  "RUNNING"``;
 * the job is not known to have ``COMPLETED`` (for its final silence only).
 
 Output is monotone in the watermark: a finding, once emitted, never changes or disappears, and
@@ -88,8 +90,7 @@ class HangDetector:
                      & (pl.col("next_t").is_null() | (pl.col("next_t") > pl.col("fire_t")))))
         if g.is_empty():
             return g
-        ends = (f.filter(pl.col("role").is_in(["cause", "symptom"]) | (pl.col("category") == "slurm_job_failure"))
-                .select("job_id", pl.col("time").dt.epoch("ns").alias("end_t")).sort("end_t"))
+        ends = self._ends(_own_input(upto(findings, ctx.watermark_ns)), prog)
         g = g.sort("t").join_asof(ends, left_on="t", right_on="end_t", by="job_id", strategy="forward",
                                   allow_exact_matches=False, check_sortedness=False)
         states = ctx.job_states or {}
@@ -126,6 +127,19 @@ class HangDetector:
                            "lead_over_watchdog_s": round(lead, 3), "suspect_host": suspect},
             })
         return synthetic_findings(self.name, rows)
+
+    @staticmethod
+    def _ends(f: pl.DataFrame, prog: pl.DataFrame) -> pl.DataFrame:
+        """Times at which a job visibly failed or ended: its own cause/symptom/slurm_job_failure
+        findings, plus host-level ones (no job id, e.g. kernel XIDs) on hosts the job ran on.
+        Findings whose time was inferred from a neighbour line are not trusted for this."""
+        loud = f.filter((pl.col("role").is_in(["cause", "symptom"]) | (pl.col("category") == "slurm_job_failure"))
+                        & ~pl.col("time_inferred").fill_null(False))
+        own = loud.filter(pl.col("job_id").is_not_null()).select("job_id", pl.col("time").dt.epoch("ns").alias("end_t"))
+        hosts = prog.select("job_id", "host").drop_nulls().unique()
+        by_host = (loud.filter(pl.col("job_id").is_null()).select("host", pl.col("time").dt.epoch("ns").alias("end_t"))
+                   .join(hosts, on="host", how="inner").select("job_id", "end_t"))
+        return pl.concat([own, by_host]).sort("end_t")
 
     @staticmethod
     def _suspect_host(prog: pl.DataFrame, job_id: str, fire_t: int) -> str | None:

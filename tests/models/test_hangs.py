@@ -122,3 +122,19 @@ def test_incremental_watermarks_equal_one_final_call(cuts, perm_seed):
         assert out.join(final, on=list(final.columns), how="anti", nulls_equal=True).is_empty()
         seen.append(out)
     assert_frame_equal(pl.concat(seen).unique(maintain_order=True).sort("time", "job_id"), final.sort("time", "job_id"))
+
+
+def test_kernel_fault_on_a_job_host_counts_as_the_job_failing_loudly():
+    xid = {"t": 50.0, "job_id": None, "host": "b", "rule_id": "xid.119", "category": "xid", "role": "cause",
+           "severity": "critical", "action": "drain_node_and_requeue", "message": "Xid 119"}
+    elsewhere = dict(xid, host="zz")
+    assert DET.detect(synth.findings(steady() + [xid]), NONE, ctx(1000.0)).is_empty()
+    assert DET.detect(synth.findings(steady() + [elsewhere]), NONE, ctx(1000.0)).height == 1
+
+
+def test_a_teardown_line_with_an_inferred_time_does_not_silence_the_detector():
+    cancel = {"t": 41.0, "job_id": "j1", "host": "b", "rule_id": "slurm.cancelled", "category": "slurm_job_failure",
+              "role": "info", "severity": "info", "action": "none", "time_inferred": True,
+              "message": "slurmstepd: error: *** STEP 1.0 ON b CANCELLED AT 2026-11-29T14:54:13 ***"}
+    assert DET.detect(synth.findings(steady() + [cancel]), NONE, ctx(1000.0)).height == 1
+    assert DET.detect(synth.findings(steady() + [dict(cancel, time_inferred=False)]), NONE, ctx(1000.0)).is_empty()
