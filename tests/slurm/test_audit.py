@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 import sqlite3
 import subprocess
 import sys
@@ -94,8 +95,11 @@ def test_rechained_forgery_breaks_at_the_next_link(tmp_path: Path):
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(data=st.data())
 def test_any_changed_byte_breaks_the_chain(tmp_path_factory, data):
+    template = tmp_path_factory.getbasetemp() / "audit-template"
+    if not (template / DB_NAME).exists():
+        _fill(template, 5).close()                  # the last close folds the WAL into the db file
     state = tmp_path_factory.mktemp("audit")
-    _fill(state, 5).close()
+    shutil.copy(template / DB_NAME, state / DB_NAME)
     con = sqlite3.connect(state / DB_NAME)
     rows = con.execute("SELECT id, ts_ns, kind, incident_id, action_id, payload, prev_hash, hash FROM audit").fetchall()
     con.close()
