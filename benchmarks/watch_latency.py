@@ -72,7 +72,7 @@ def serve(port_q, fault_q, stop, shutdown, generated, rate: int, fault_every: fl
                         for k in range(min(20_000, preload - a))])
     port_q.put(srv.port)
     i, f = 0, 0
-    next_fault = time.monotonic() + 3.0
+    next_fault = time.monotonic() + 3.0 if fault_every < 1e6 else float("inf")
     tick = 0.1
     while not stop.is_set() and rate:
         t0 = time.monotonic()
