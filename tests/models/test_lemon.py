@@ -82,3 +82,21 @@ def test_updates_are_idempotent_and_split_independent(tmp_path_factory, items, c
     b2 = tb.update(incs)                                      # replaying the same incidents changes nothing
     assert a == b == b2
     assert all(s.state in STATES for s in a.values())
+
+
+def test_lemon_cli_update_and_show(tmp_path, capsys):
+    from recovery_logs.cli import main as cli_main
+
+    def rec(i, node, day, job):
+        t = f"2026-11-{10 + day:02d}T00:00:00.000000000Z"
+        return {"id": f"inc-{i}", "category": "xid", "cause": "xid 79", "severity": "critical", "node": node,
+                "gpu": 3, "job_id": job, "xid": 79, "confidence": 0.9, "first_seen": t, "last_seen": t,
+                "detected_at": t, "count": 1, "nodes": [node]}
+    (tmp_path / "a.json").write_text(json.dumps({"summary": {}, "incidents": [rec(1, "n7", 0, "j1"),
+                                                                              rec(2, "n7", 1, "j2")]}))
+    assert cli_main(["lemon", "update", str(tmp_path / "a.json"), "--state-dir", str(tmp_path / "st"), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["n7"]["state"] == "probation"
+    assert cli_main(["lemon", "show", "--state-dir", str(tmp_path / "st")]) == 0
+    assert "probation" in capsys.readouterr().out
+    (tmp_path / "bad.json").write_text(json.dumps({"incidents": [{"id": "x"}]}))
+    assert cli_main(["lemon", "update", str(tmp_path / "bad.json"), "--state-dir", str(tmp_path / "st")]) == 4
