@@ -232,12 +232,14 @@ def score(truth: dict[str, Any], incidents: list[Any]) -> dict[str, Any]:
     m["disruptive"] = 0 if expect else sum(1 for k, _ in actions if k in DISRUPTIVE)
     # latency: the first incident that names the fault (category and, if known, the node)
     fault_t, decisive_t = _ns(truth.get("fault_time")), _ns(truth.get("decisive_time"))
-    match = next((i for i in incidents if _get(i, "category") == cat and (not culprits or _get(i, "node") in culprits)),
-                 None) if expect else None
+    same_cat = [i for i in incidents if _get(i, "category") == cat] if expect else []
+    match = next((i for i in same_cat if not culprits or _get(i, "node") in culprits), same_cat[0] if same_cat else None)
     det = _ns(_get(match, "detected_at")) if match is not None else None
     m["latency_s"] = (det - fault_t) / 1e9 if det is not None and fault_t is not None else None
     m["decisive_latency_s"] = (det - decisive_t) / 1e9 if det is not None and decisive_t is not None else None
     m["hardware"] = bool(cat in HARDWARE_CATEGORIES and node_fault)
+    if cat == "nccl_timeout_hang" and det is not None and decisive_t is not None:
+        m["watchdog_lead_s"] = (decisive_t - det) / 1e9   # how long before the 600 s NCCL watchdog fired
     return m
 
 
@@ -262,6 +264,8 @@ def totals(scores: list[ScenarioScore], wall_s: float) -> dict[str, Any]:
                                  and not s.metrics["incidents"]),
         "hardware_latency_mean_s": statistics.fmean(lat) if lat else None,
         "hardware_latency_max_s": max(lat) if lat else None,
+        "hang_watchdog_lead_min_s": min(leads) if (leads := [m["watchdog_lead_s"] for m in ok
+                                                              if m.get("watchdog_lead_s") is not None]) else None,
         "lines": lines, "replay_s": round(replay_s, 3), "replay_lines_per_s": lines / replay_s if replay_s else None,
         "wall_s": round(wall_s, 3),
     }

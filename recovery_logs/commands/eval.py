@@ -90,6 +90,9 @@ def register(app: typer.Typer) -> None:
         else:
             Console(width=width).print(report_table(report))
             x = report.totals
+            if x["hang_watchdog_lead_min_s"] is not None:
+                Console(width=width).print(f"silent hangs flagged at least {x['hang_watchdog_lead_min_s']:.0f}s before "
+                                           "the 600 s NCCL watchdog")
             if x["replay_lines_per_s"]:
                 Console(width=width).print(f"replayed {x['lines']:,d} lines in {x['replay_s']:.2f}s "
                                            f"({x['replay_lines_per_s']:,.0f} lines/s)")

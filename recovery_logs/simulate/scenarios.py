@@ -262,9 +262,9 @@ def _net_failure(s: Script, f: Spec, t_err: int, culprit: int) -> int:
 
 def ib_link_down(s: Script, f: Spec) -> Fault:
     k = f.node
-    s.kern(f.t - s.jitter(0.5, 3), k, f"mlx5_core {HCA_PCI}: mlx5_port_module_event:1175:(pid 0): Port module event"
-           "[error]: module 0, Cable error, Bad or shorted cable/module")
-    t = s.kern(f.t, k, f"mlx5_core {HCA_PCI} {IB_NETDEV}: Link down")
+    t = s.kern(f.t, k, f"mlx5_core {HCA_PCI}: mlx5_port_module_event:1175:(pid 0): Port module event[error]: "
+               "module 0, Cable error, Bad or shorted cable/module")
+    s.kern(f.t + s.jitter(0.5, 3), k, f"mlx5_core {HCA_PCI} {IB_NETDEV}: Link down")
     end = _net_failure(s, f, f.t + s.jitter(8, 25), k)
     return Fault(kind="ib_link_down", category="infiniband_link", culprit_node=k, culprit_gpu=None, node_fault=True,
                  fault_t=t, decisive_t=t, actions=("drain_node", "requeue_job", "investigate"), job_end=end,

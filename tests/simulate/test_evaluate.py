@@ -52,6 +52,13 @@ def test_score_missed_fault_and_unacceptable_action() -> None:
     assert m["top1"] and m["actions_ok"] is False
 
 
+def test_score_hang_lead_over_the_watchdog() -> None:
+    hang = {**TRUTH, "category": "nccl_timeout_hang", "decisive_time": "2026-11-29T14:16:00.000000000Z"}
+    m = score(hang, [inc("nccl_timeout_hang", None, detected="2026-11-29T14:07:30.000000000Z")])
+    assert m["top1"] is False and m["category_ok"] is True
+    assert m["latency_s"] == pytest.approx(90.0) and m["watchdog_lead_s"] == pytest.approx(510.0)
+
+
 def test_score_quiet_run() -> None:
     m = score(QUIET, [])
     assert m["top1"] is None and m["category_ok"] is None and m["disruptive"] == 0 and m["actions_ok"]
