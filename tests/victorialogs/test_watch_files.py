@@ -68,3 +68,19 @@ def test_cli_watch_errors(tmp_path, capsys):
     assert main(["watch", "--source", f"file:{tmp_path}/x", "--export-incidents"]) == 2
     err = capsys.readouterr().err
     assert "--mode needs --slurm" in err and "victorialogs:// source" in err
+
+
+def test_cli_watch_slurm_monitor_records_proposals(tmp_path, capsys):
+    """--slurm --mode monitor: incidents reach the remediator, which records (never runs)."""
+    import sqlite3
+
+    log = tmp_path / "kern.log"
+    log.write_text(_syslog("gpu-n3", XID79))
+    state = tmp_path / "state"
+    assert main(["watch", "--source", f"file:{log}", "--json", "--for", "1.0", "--refresh", "100ms",
+                 "--state-dir", str(state), "--slurm", "--mode", "monitor"]) == 0
+    inc = json.loads(capsys.readouterr().out.splitlines()[0])
+    con = sqlite3.connect(state / "audit.db")
+    rows = con.execute("SELECT kind, target, incident_id, decision FROM actions").fetchall()
+    con.close()
+    assert ("drain_node", "gpu-n3", inc["id"], "record_only") in rows
