@@ -226,6 +226,8 @@ def root_rule(incident: Mapping[str, Any], roles: Mapping[str, tuple[str, str]] 
     on the culprit node whose rule is a ``cause`` of the incident's category; then any evidence
     rule of that category; then a behavioural detector's rule; else ``category:<category>``.
     """
+    if incident.get("root_rule"):
+        return str(incident["root_rule"])
     roles = roles if roles is not None else _rule_roles()
     rules = list(incident.get("rule_ids") or [])
     xid = incident.get("xid")

@@ -328,7 +328,8 @@ class Attributor:
             nodes=tuple(sorted({r.host for r in rows if r.host})), evidence=evidence,
             candidates=tuple(c for c, _ in cands[:5]), rule_ids=tuple(sorted(counts)),
             counts_by_rule=counts, status=status, pci=top_row.pci if top_row.host == top.node else None,
-            suggested_action=action, scope=scope)
+            suggested_action=action, scope=scope,
+            root_rule=top_row.rule_id if top_row.host == top.node else "attribution.suspect")
 
     def _detected_at(self, scored: list[Row], job_hosts: set[str], addr_hosts: dict[str, str],
                      node: str | None, category: str) -> int:

@@ -86,6 +86,7 @@ class Incident:
     pci: str | None = None
     suggested_action: str = "investigate"   # EngineAction of the root-cause finding (input to plan)
     scope: str = ""          # job id, or "host:<name>" when no job is known
+    root_rule: str | None = None   # rule id of the root-cause finding (what grading and backtest count per)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -95,6 +96,7 @@ class Incident:
             "first_seen": ns_to_iso(self.first_seen), "last_seen": ns_to_iso(self.last_seen),
             "detected_at": ns_to_iso(self.detected_at), "count": self.count, "nodes": list(self.nodes),
             "status": self.status, "pci": self.pci, "suggested_action": self.suggested_action,
+            "root_rule": self.root_rule,
             "rule_ids": list(self.rule_ids),
             "counts_by_rule": dict(sorted(self.counts_by_rule.items())),
             "evidence": [e.to_dict() for e in self.evidence],

@@ -321,4 +321,7 @@ def write_outputs(res: ReplayResult, out_dir: Path) -> dict[str, Path]:
     with paths["quarantine"].open("w", encoding="utf-8") as fh:
         for row in res.quarantine.iter_rows(named=True):
             fh.write(json.dumps(row, ensure_ascii=False) + "\n")
+    from recovery_logs.report_html import write_html_report
+
+    paths["html"] = write_html_report(res, out_dir)
     return paths

@@ -57,3 +57,11 @@ def test_demo_lists_and_replays_bundled_incidents(capsys):
     out = capsys.readouterr().out
     assert "gpu-n02" in out and "drain_node" in out and "(record only)" in out
     assert main(["demo", "nosuch"]) == 2
+
+
+def test_package_reexports_the_notebook_api():
+    import recovery_logs
+    from recovery_logs import api
+
+    assert set(api.__all__) <= set(recovery_logs.__all__)
+    assert recovery_logs.incidents_frame is api.incidents_frame
