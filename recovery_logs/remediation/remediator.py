@@ -93,6 +93,7 @@ class Remediator:
         self.clock = clock
         self.audit.conn.executescript(_ACTIONS)
         self.duplicates = 0
+        self._nodes_retry_at = 0.0
 
     @classmethod
     def from_options(cls, state_dir: Path, mode: str = "monitor", policy_file: Path | None = None,
@@ -160,9 +161,12 @@ class Remediator:
             return self.config.cluster_nodes
         n = self.audit.get_state("cluster_nodes", 0)
         if not n:
+            if self.clock() < self._nodes_retry_at:
+                return 0
             try:
                 n = len(SlurmClient(self.executor.runner, timeout_s=self.executor.timeout_s).nodes())
             except SlurmError:
+                self._nodes_retry_at = self.clock() + 60.0   # unknown size: drains are denied meanwhile
                 return 0
             self.audit.set_state("cluster_nodes", n)
         return int(n)
@@ -191,6 +195,8 @@ class Remediator:
     def handle(self, incidents: Sequence[Incident]) -> list[Decision]:
         """Record, decide and (within policy) execute every new proposal; then run the queue."""
         out: list[Decision] = []
+        if self.config.mode != "monitor" and any(p.kind == "drain_node" for i in incidents for p in i.actions):
+            self._cluster_nodes()          # ask sinfo once, outside the write transactions below
         for inc in incidents:
             last = self.audit.conn.execute(
                 "SELECT json_extract(payload, '$.status') FROM audit WHERE kind = 'detection' AND incident_id = ?"
