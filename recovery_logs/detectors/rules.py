@@ -176,7 +176,7 @@ def _classify_xid(ext: pl.DataFrame, pack: RulePack) -> pl.DataFrame:
                            schema={"xid": pl.Int32, "_nvl_unit": pl.String, "_status_i": pl.Int64,
                                    "_dec_fatal": pl.Boolean})
         ext = (ext.with_columns(status.cast(pl.Int64).alias("_status_i"))
-               .join(dec, on=["xid", "_nvl_unit", "_status_i"], how="left", nulls_equal=False))
+               .join(dec, on=["xid", "_nvl_unit", "_status_i"], how="left"))
     else:
         ext = ext.with_columns(pl.lit(None, pl.Boolean).alias("_dec_fatal"), pl.lit(None, pl.Int64).alias("_status_i"))
     word = (pl.when(pl.col("_nvl_severity").str.to_lowercase().str.starts_with("non")).then(False)
