@@ -111,7 +111,7 @@ def parse_sources(specs: Sequence[str]) -> tuple[str | None, list[str]]:
 def compose_query(user: str | None, prefilter: str | None) -> str:
     """User stream filter AND rule-pack prefilter, never our own exported lines."""
     parts = [f"({p})" for p in (user, prefilter) if p and p.strip() and p.strip() != "*"]
-    parts.append(f'!unit:="{EXPORT_UNIT}"')
+    parts.append(f'NOT unit:="{EXPORT_UNIT}"')
     return " ".join(parts)
 
 

@@ -78,7 +78,7 @@ def test_parse_sources_and_query():
         with pytest.raises(ConfigError):
             parse_sources(bad)
     q = compose_query('{host="gpu-n3"}', '_msg:~"Xid"')
-    assert q == '({host="gpu-n3"}) (_msg:~"Xid") !unit:="recovery-logs"'
+    assert q == '({host="gpu-n3"}) (_msg:~"Xid") NOT unit:="recovery-logs"'
 
 
 def test_watch_matches_replay_and_ignores_duplicates(empty_vls, tmp_path):
