@@ -106,10 +106,8 @@ def _extract(sub: pl.DataFrame, rule: Rule, pattern: str) -> pl.DataFrame:
                 cols["_" + n] = g(n)
             if n not in _VALUE_COLS:
                 detail_fields.append(g(n).alias(n))
-    for k, v in rule.fields.items():
-        cols.setdefault(k, pl.lit(v))
-        if k in cols and k not in names:
-            cols[k] = pl.lit(v)
+    for k, v in rule.fields.items():   # constants; a named group of the same name wins where it matched
+        cols[k] = pl.coalesce(cols[k].cast(pl.String), pl.lit(str(v))) if k in names else pl.lit(v)
     exprs = [pl.col("_row")]
     for c, e in cols.items():
         dtype = FINDING_SCHEMA.get(c, pl.String)
