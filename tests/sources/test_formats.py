@@ -249,3 +249,33 @@ def test_dmesg_gzip_boot_time_estimated_from_the_whole_stream(tmp_path):
     os.utime(p, ns=(mtime, mtime))
     r = read_paths([p])
     assert r.events["time"].dt.epoch("ns").to_list() == [mtime - 60_250_000_000, mtime]
+
+
+def test_syslog_over_tcp_capture_with_priority_prefixes():
+    path = FIX / "syslog_tcp_input.log"
+    r = read_paths([path], ReadOptions(year=2026))
+    exp = events_frame([
+        dict(time="2026-11-29T17:03:41Z", line=3, seq=2, host="gpu-sl2", source="kernel",
+             message="NVRM: GPU at PCI:0000:86:00: GPU-1f2e3d4c-5b6a-7980-1a2b-3c4d5e6f7a8b"),
+        dict(time="2026-11-29T17:03:41.976762Z", line=1, seq=0, host="gpu-sl1", source="kernel",
+             message="NVRM: Xid (PCI:0000:3b:00): 79, pid=1234, GPU has fallen off the bus."),
+        dict(time="2026-11-29T17:03:41.976762Z", line=2, seq=1, host="gpu-sl1", job="185100", source="slurm",
+             message="error: Node gpu-sl1 has low real_memory size"),
+    ], path)
+    assert_frame_equal(r.events, exp)
+    assert r.quarantine.select("line", "reason").rows() == [(3, "out_of_order")]
+
+
+def test_slurmd_log_is_slurm_source_and_keeps_its_header():
+    path = FIX / "slurm" / "gpu-n04.slurmd.log"
+    r = read_paths([path])
+    exp = events_frame([
+        dict(time="2026-11-29T14:06:00.123Z", line=1, host="gpu-n04", source="slurm",
+             message="[2026-11-29T14:06:00.123] [184470.0] error: *** STEP 184470.0 ON gpu-n04 CANCELLED AT "
+                     "2026-11-29T14:06:00 ***"),
+        dict(time="2026-11-29T14:06:01.5Z", line=2, host="gpu-n04", source="slurm",
+             message="[2026-11-29T14:06:01.500] error: Kill task failed: 184470.0"),
+        dict(time="2026-11-29T14:06:02Z", line=3, host="gpu-n04", source="slurm",
+             message="[2026-11-29T14:06:02.000] debug:  _handle_terminate: uid = 0 JobId=184470"),
+    ], path)
+    assert_frame_equal(r.events, exp)
