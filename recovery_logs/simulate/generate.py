@@ -23,7 +23,7 @@ from recovery_logs.errors import ConfigError
 from recovery_logs.simulate import script as sc
 from recovery_logs.simulate.background import ROW_SCHEMA, chunk_background
 from recovery_logs.simulate.cluster import NS, Cluster, make_cluster, stable_hash
-from recovery_logs.simulate.scenarios import SCENARIOS, Fault, Spec
+from recovery_logs.simulate.scenarios import SCENARIOS, SLOW_SCENARIOS, Fault, Spec
 from recovery_logs.simulate.writer import TextSink, VLSink, add_noise, chunk_bounds
 from recovery_logs.timeutil import ns_to_iso
 
@@ -191,7 +191,8 @@ def simulate_one(name: str, opts: SimOptions, push: Callable | None = None) -> S
     specs = _fault_specs(parts, c, rng, opts.duration_s)
     # two passes: faults declare slowdowns that shape the timeline their lines then refer to
     probe = sc.Script(c, np.random.default_rng([opts.seed, 1]), _timeline(c, np.random.default_rng([opts.seed, 2]), [])[0])
-    slow = [x for part, spec in zip(parts, specs, strict=True) for x in SCENARIOS[part][0](probe, spec).slow]
+    slow = [x for part, spec in zip(parts, specs, strict=True) if part in SLOW_SCENARIOS
+            for x in SCENARIOS[part][0](probe, spec).slow]
     tl, it_s = _timeline(c, np.random.default_rng([opts.seed, 2]), slow)
     s = sc.Script(c, np.random.default_rng([opts.seed, stable_hash("script", name)]), tl)
     sc.startup(s)
@@ -213,7 +214,9 @@ def simulate_one(name: str, opts: SimOptions, push: Callable | None = None) -> S
     ).sort("t", maintain_order=True)
     del host_idx
 
+    t_prep = time.perf_counter()
     out_dir = _prepare_dir(opts.out, name)
+    t_wall += time.perf_counter() - t_prep      # clearing an earlier run is not generation
     text = TextSink(out_dir) if opts.format in ("text", "both") else None
     vl = VLSink(out_dir / "vl.jsonl" if opts.format in ("vl-jsonl", "both") else None, c, push) \
         if opts.format in ("vl-jsonl", "both") or push else None
@@ -239,6 +242,8 @@ def simulate_one(name: str, opts: SimOptions, push: Callable | None = None) -> S
             if vl is not None:
                 vl.write(df, c, crng)
     finally:
+        if text is not None:
+            text.close()
         if vl is not None:
             vl.close()
     truth = _truth(name, opts, c, faults)

@@ -399,6 +399,9 @@ def healthy(s: Script, f: Spec) -> Fault:
                  decisive_t=None, actions=("none",), expect_incident=False)
 
 
+# scenarios that slow ranks down (the timeline is computed from their slowdowns first)
+SLOW_SCENARIOS = frozenset({"straggler_node", "workload_imbalance"})
+
 # name -> (function, seconds needed after the fault for its lines to play out)
 SCENARIOS: dict[str, tuple[Callable[[Script, Spec], Fault], int]] = {
     "healthy": (healthy, 0),

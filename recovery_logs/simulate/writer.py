@@ -82,11 +82,34 @@ def render_text(df: pl.DataFrame, c: Cluster) -> pl.DataFrame:
 class TextSink:
     """Appends chunks to the per-file text layout under ``root``."""
 
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: Path, max_open: int | None = None) -> None:
         self.root = root
         self.lines = 0
         self.bytes = 0
         self._seen: set[str] = set()
+        self._open: dict[str, BinaryIO] = {}
+        # keep files open across chunks (re-opening thousands of files per chunk dominates at scale),
+        # within a share of the process's file-descriptor limit
+        if max_open is None:
+            import resource
+
+            soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+            max_open = max(16, min(8192, (soft if soft > 0 else 1024) // 2))
+        self.max_open = max_open
+
+    def _handle(self, path: str) -> BinaryIO:
+        fh = self._open.get(path)
+        if fh is None:
+            if len(self._open) >= self.max_open:
+                self._open.pop(next(iter(self._open))).close()
+            fh = open(self.root / path, "ab")
+            self._open[path] = fh
+        return fh
+
+    def close(self) -> None:
+        for fh in self._open.values():
+            fh.close()
+        self._open.clear()
 
     def write(self, df: pl.DataFrame, c: Cluster, rng: np.random.Generator) -> None:
         if df.height == 0:
@@ -103,17 +126,19 @@ class TextSink:
         df = df.with_columns(key.alias("_k"), (pl.col("stream").replace_strict(code, return_dtype=pl.Int64) * 1_000_000
                                                + pl.col("host").replace_strict(hosts, return_dtype=pl.Int64)).alias("_f"))
         df = df.sort(["_f", "_k"], maintain_order=True)
-        for (path,), part in df.select("path", "text").partition_by("path", as_dict=True, maintain_order=True).items():  # noqa: E501
-            body = ("\n".join(part["text"].to_list()) + "\n").encode("utf-8")
+        texts = df["text"].to_list()
+        runs = df.select(pl.col("path").rle()).unnest("path")     # consecutive rows of one file
+        start = 0
+        for path, n in zip(runs["value"].to_list(), runs["len"].to_list(), strict=True):
+            body = ("\n".join(texts[start:start + n]) + "\n").encode("utf-8")
+            start += n
             if INVALID_UTF8.encode() in body:
                 body = body.replace(INVALID_UTF8.encode(), b"\xff\xfe\xc3")
-            p = self.root / path
             if path not in self._seen:
-                p.parent.mkdir(parents=True, exist_ok=True)
+                (self.root / path).parent.mkdir(parents=True, exist_ok=True)
                 self._seen.add(path)
-            with open(p, "ab") as fh:
-                fh.write(body)
-            self.lines += part.height
+            self._handle(path).write(body)
+            self.lines += n
             self.bytes += len(body)
 
 
