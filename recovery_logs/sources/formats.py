@@ -166,7 +166,7 @@ def _base_cols(df: pl.DataFrame) -> pl.DataFrame:
             cols.append(pl.lit(False).alias(name))
         else:
             cols.append(pl.lit(None, dtype).alias(name))
-    extra = [c for c in ("body", "nvrm") if c in df.columns]
+    extra = [c for c in ("body", "nvrm", "bad_utf8") if c in df.columns]
     return df.select(cols + [pl.col(c) for c in extra])
 
 
@@ -381,13 +381,24 @@ def parse_journald(lines: pl.DataFrame, ctx: ParseContext) -> pl.DataFrame:
     kind = (pl.when(pl.col("_TRANSPORT").eq("kernel") | ident.eq("kernel")).then(pl.lit(SourceKind.KERNEL.value))
             .when(ident.is_in(list(SLURM_DAEMONS))).then(pl.lit(SourceKind.SLURM.value))
             .otherwise(pl.lit(SourceKind.JOURNALD.value)))
-    df = df.with_columns(message=msg.fill_null("")).with_columns(
+    bad = pl.when(as_bytes).then(m.map_elements(_byte_list_is_bad_utf8, return_dtype=pl.Boolean)).otherwise(False)
+    df = df.with_columns(message=msg.fill_null(""), bad_utf8=bad.fill_null(False)).with_columns(
         ts=us * 1000, has_ts=pl.lit(True), header=pl.lit(True),
         malformed=~pl.col("valid") | us.is_null(),
         host=short_host(pl.col("_HOSTNAME")), source=kind,
         nvrm=pl.col("message").str.starts_with("NVRM: "),
     )
     return _base_cols(df)
+
+
+def _byte_list_is_bad_utf8(v: str | None) -> bool:
+    try:
+        bytes(json.loads(v)).decode("utf-8")
+    except UnicodeDecodeError:
+        return True
+    except (ValueError, TypeError):
+        return False
+    return False
 
 
 def _decode_byte_list(v: str | None) -> str | None:

@@ -245,6 +245,13 @@ class TextParser:
                                    pl.lit(QuarantineReason.MALFORMED.value).alias("reason"),
                                    cut_raw(pl.col("text")).alias("raw")))
         ok = parsed.filter(~pl.col("malformed"))
+        if "bad_utf8" in ok.columns:          # journald MESSAGE byte lists that are not UTF-8
+            bu = ok.filter(pl.col("bad_utf8"))
+            if bu.height:
+                stats["invalid_utf8"] += bu.height
+                quar.append(bu.select(pl.lit(self.file).alias("file"), pl.col("lineno").alias("line"),
+                                      pl.lit(QuarantineReason.INVALID_UTF8.value).alias("reason"),
+                                      cut_raw(pl.col("text")).alias("raw")))
         ok = self._fill_ids(ok, line_host_first=True)
         return ok.select(
             pl.col("ts"), (~pl.col("ts_inferred")).alias("own_time"), pl.lit(False).alias("bad_ts"),

@@ -106,6 +106,8 @@ def test_journald_json_export():
              message="error: bad \ufffd byte"),
     ], path)
     assert_frame_equal(r.events, exp)
+    assert r.quarantine.select("line", "reason").rows() == [(3, "invalid_utf8")]
+    assert r.stats["invalid_utf8"] == 1
 
 
 def test_job_output_torchrun_glog_ranks_tracebacks_nccl_host():
