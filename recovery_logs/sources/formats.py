@@ -174,12 +174,12 @@ def _base_cols(df: pl.DataFrame) -> pl.DataFrame:
 def parse_syslog(lines: pl.DataFrame, ctx: ParseContext) -> pl.DataFrame:
     """RFC5424, RFC3164 and rsyslog ISO lines (mixed in one file is fine)."""
     t = pl.col("text")
-    a = t.str.extract_groups(RE_5424)
-    b = t.str.extract_groups(RE_3164)
-    c = t.str.extract_groups(RE_ISOSYSLOG)
-    df = lines.with_columns(a=a, b=b, c=c)
-    af, bf, cf = (lambda i: pl.col("a").struct.field(str(i)), lambda i: pl.col("b").struct.field(str(i)),
-                  lambda i: pl.col("c").struct.field(str(i)))
+    # group 1 of each wrapped regex is the whole header, so the message needs no second regex pass
+    df = lines.with_columns(a=t.str.extract_groups("^(" + RE_5424[1:] + ")"),
+                            b=t.str.extract_groups("^(" + RE_3164[1:] + ")"),
+                            c=t.str.extract_groups("^(" + RE_ISOSYSLOG[1:] + ")"))
+    af, bf, cf = (lambda i: pl.col("a").struct.field(str(i + 1)), lambda i: pl.col("b").struct.field(str(i + 1)),
+                  lambda i: pl.col("c").struct.field(str(i + 1)))
     is_a, is_b, is_c = af(2).is_not_null(), bf(1).is_not_null(), cf(1).is_not_null()
     # RFC3164 time: year from ctx
     b_str = pl.concat_str([pl.lit(str(ctx.year)), bf(1), bf(2).str.zfill(2), bf(3)], separator=" ")
@@ -189,8 +189,8 @@ def parse_syslog(lines: pl.DataFrame, ctx: ParseContext) -> pl.DataFrame:
     c_ns = rfc3339_ns(cf(1))
     host = pl.when(is_a).then(af(3)).when(is_b).then(bf(5)).when(is_c).then(cf(2))
     prog = pl.when(is_a).then(af(4)).when(is_b).then(bf(6)).when(is_c).then(cf(3))
-    raw_msg = pl.when(is_a).then(_after(t, RE_5424)).when(is_b).then(_after(t, RE_3164)).when(is_c).then(
-        _after(t, RE_ISOSYSLOG)).otherwise(t)
+    header = pl.coalesce(af(0), bf(0), cf(0))
+    raw_msg = t.str.strip_prefix(header)
     df = df.with_columns(
         header=is_a | is_b | is_c,
         has_ts=pl.lit(True),
@@ -212,9 +212,8 @@ def parse_syslog(lines: pl.DataFrame, ctx: ParseContext) -> pl.DataFrame:
 def parse_dmesg(lines: pl.DataFrame, ctx: ParseContext) -> pl.DataFrame:
     """``[12345.678901] msg`` (needs a boot time) and ``dmesg -T`` ``[Sun Nov 29 14:06:00 2026] msg``."""
     t = pl.col("text")
-    r = t.str.extract_groups(RE_DMESG)
-    a = t.str.extract_groups(RE_DMESG_T)
-    rf, af = (lambda i: r.struct.field(str(i))), (lambda i: a.struct.field(str(i)))
+    lines = lines.with_columns(_r=t.str.extract_groups(RE_DMESG), _a=t.str.extract_groups(RE_DMESG_T))
+    rf, af = (lambda i: pl.col("_r").struct.field(str(i))), (lambda i: pl.col("_a").struct.field(str(i)))
     is_r, is_a = rf(1).is_not_null(), af(1).is_not_null()
     up_ns = rf(1).cast(pl.Int64, strict=False) * 1_000_000_000 + _frac_ns(rf(2))
     boot = ctx.boot_time_ns
@@ -237,17 +236,19 @@ def parse_dmesg(lines: pl.DataFrame, ctx: ParseContext) -> pl.DataFrame:
 def parse_job(lines: pl.DataFrame, ctx: ParseContext) -> pl.DataFrame:
     """Job stdout/stderr: optional rank prefix, then glog / Python-logging / ISO time or none."""
     t = pl.col("text")
-    rk = t.str.extract_groups(RE_RANK)
+    df = lines.with_columns(_rk=t.str.extract_groups(RE_RANK))
+    rk = pl.col("_rk")
     rank = pl.coalesce(rk.struct.field("1"), rk.struct.field("2")).cast(pl.Int32, strict=False)
-    body = t.str.replace(RE_RANK, "")
-    df = lines.with_columns(rank=rank, body=body)
+    body = pl.when(rk.struct.field("1").is_not_null() | rk.struct.field("2").is_not_null()).then(
+        t.str.replace(RE_RANK, "")).otherwise(t)
+    df = df.with_columns(rank=rank, body=body)
     b = pl.col("body")
-    g = b.str.extract_groups(RE_GLOG)
-    gf = lambda i: g.struct.field(str(i))  # noqa: E731
+    df = df.with_columns(_g=b.str.extract_groups(RE_GLOG), _iso=b.str.extract_groups(RE_ISO_LEAD),
+                         _nccl=b.str.extract(RE_NCCL_HOST, 1))
+    gf = lambda i: pl.col("_g").struct.field(str(i))  # noqa: E731
     g_str = pl.concat_str([pl.lit(str(ctx.year)), gf(2), gf(3), gf(4)], separator=" ")
     g_ns = _yearless(g_str.str.strptime(pl.Datetime("us"), "%Y %m %d %H:%M:%S", strict=False), ctx) + _frac_ns(gf(5))
-    iso = b.str.extract_groups(RE_ISO_LEAD)
-    i_time, i_zone = iso.struct.field("1"), iso.struct.field("2")
+    i_time, i_zone = pl.col("_iso").struct.field("1"), pl.col("_iso").struct.field("2")
     i_ns_utc = rfc3339_ns(pl.concat_str([i_time, i_zone.fill_null("")]))
     if ctx.tz.upper() == "UTC":
         i_ns = i_ns_utc
@@ -260,7 +261,7 @@ def parse_job(lines: pl.DataFrame, ctx: ParseContext) -> pl.DataFrame:
     df = df.with_columns(
         has_ts=is_g | is_i,
         ts=pl.when(is_g).then(g_ns).when(is_i).then(i_ns),
-        host=short_host(b.str.extract(RE_NCCL_HOST, 1)),
+        host=short_host(pl.col("_nccl")),
         message=b,
         header=is_g | is_i,
         source=pl.lit(file_kind),
