@@ -7,10 +7,11 @@ scored robustly:
 
 * rank score: ``ratio = t_rank / median(all ranks)`` and ``z = (t_rank - median) / max(1.4826·MAD,
   rel_floor·median)``; slow when ``ratio >= min_ratio`` and ``z >= min_z``.
-* host score (leave one host out, so a slow host cannot drag the reference): the host is slow in
-  the window when it has ``>= min_ranks_per_host`` ranks, *every* one of them is at least
-  ``min_rank_ratio`` × the other hosts' median, and the host median is slow by the rank rule
-  measured against the other hosts' median and MAD.
+* host score (leave one host out, so a slow host cannot drag the reference; with 8+ hosts the
+  all-rank median is used, which one host cannot move far): the host is slow in the window when
+  it has ``>= min_ranks_per_host`` ranks, *every* one of them is at least ``min_rank_ratio`` ×
+  the other hosts' median, and the host median is slow by the rank rule measured against the
+  other hosts' median and MAD. All of this is vectorised in Polars.
 
 Verdicts:
 
@@ -39,12 +40,6 @@ log = logging.getLogger(__name__)
 _NS = 1_000_000_000
 
 
-def _robust(x: np.ndarray, rel_floor: float) -> tuple[float, float]:
-    med = float(np.median(x))
-    mad = float(np.median(np.abs(x - med)))
-    return med, max(1.4826 * mad, rel_floor * abs(med), 1e-9)
-
-
 @dataclass(frozen=True)
 class StragglerDetector:
     window_s: float = 60.0
@@ -71,40 +66,55 @@ class StragglerDetector:
         p = p.with_columns(((pl.col("time").dt.epoch("ns") // wn) * wn).alias("w"))
         p = p.filter(pl.col("w") + wn <= ctx.watermark_ns)
         per_rank = (p.group_by(["job_id", "w", "rank"])
-                    .agg(pl.col("step_time_s").median().alias("t"), pl.col("host").min().alias("host"))
-                    .sort(["job_id", "w", "rank"]))
-        rank_rows: list[dict] = []
-        host_rows: list[dict] = []
-        for (job, w), grp in per_rank.group_by(["job_id", "w"], maintain_order=True):
-            t = grp["t"].to_numpy()
-            hosts = np.array(grp["host"].to_list(), dtype=object)
-            ranks = grp["rank"].to_list()
-            if len(t) < 3:
-                continue
-            med, scale = _robust(t, self.rel_floor)
-            for r, h, x in zip(ranks, hosts, t, strict=True):
-                ratio, z = x / med if med > 0 else 1.0, (x - med) / scale
-                rank_rows.append({"job_id": job, "w": w, "rank": r, "host": h, "t": float(x), "ratio": ratio,
-                                  "z": z, "slow": bool(ratio >= self.min_ratio and z >= self.min_z)})
-            for h in sorted(set(hosts.tolist())):
-                mine, others = t[hosts == h], t[hosts != h]
-                if len(others) < 2:
-                    continue
-                omed, oscale = _robust(others, self.rel_floor)
-                hmed = float(np.median(mine))
-                ratio = hmed / omed if omed > 0 else 1.0
-                z = (hmed - omed) / oscale
-                all_slow = bool(omed > 0 and np.all(mine / omed >= self.min_rank_ratio))
-                slow = (len(mine) >= self.min_ranks_per_host and all_slow and ratio >= self.min_ratio
-                        and z >= self.min_z)
-                host_rows.append({"job_id": job, "w": w, "host": h, "n_ranks": len(mine), "t": hmed,
-                                  "ref_t": omed, "ratio": ratio, "z": z, "slow": bool(slow)})
-        rs = pl.DataFrame(rank_rows, schema={"job_id": pl.String, "w": pl.Int64, "rank": pl.Int32, "host": pl.String,
-                                             "t": pl.Float64, "ratio": pl.Float64, "z": pl.Float64, "slow": pl.Boolean})
-        hs = pl.DataFrame(host_rows, schema={"job_id": pl.String, "w": pl.Int64, "host": pl.String,
-                                             "n_ranks": pl.Int64, "t": pl.Float64, "ref_t": pl.Float64,
-                                             "ratio": pl.Float64, "z": pl.Float64, "slow": pl.Boolean})
+                    .agg(pl.col("step_time_s").median().alias("t"), pl.col("host").min().alias("host")))
+        keys = ["job_id", "w"]
+        g = per_rank.group_by(keys).agg(pl.col("t").median().alias("med"), pl.len().alias("n"),
+                                        pl.col("host").n_unique().alias("n_hosts"))
+        pr = per_rank.join(g.filter(pl.col("n") >= 3), on=keys, how="inner")
+        mad = pr.group_by(keys).agg((pl.col("t") - pl.col("med")).abs().median().alias("mad"))
+        pr = pr.join(mad, on=keys, how="left")
+        rs = pr.with_columns(
+            pl.when(pl.col("med") > 0).then(pl.col("t") / pl.col("med")).otherwise(1.0).alias("ratio"),
+            ((pl.col("t") - pl.col("med")) / self._scale("mad", "med")).alias("z"))
+        rs = rs.with_columns(((pl.col("ratio") >= self.min_ratio) & (pl.col("z") >= self.min_z)).alias("slow"))
+        rs = rs.select("job_id", "w", pl.col("rank").cast(pl.Int32), "host", "t", "ratio", "z", "slow").sort(
+            ["job_id", "w", "rank"])
+        hosts = pr.group_by([*keys, "host"]).agg(pl.col("t").median().alias("hmed"), pl.col("t").min().alias("hmin"),
+                                                  pl.len().alias("n_ranks"), pl.col("n_hosts").first())
+        ref = self._reference(pr, hosts, keys)
+        hs = hosts.join(ref, on=[*keys, "host"], how="inner").filter(pl.col("n_others") >= 2)
+        hs = hs.with_columns(
+            pl.when(pl.col("omed") > 0).then(pl.col("hmed") / pl.col("omed")).otherwise(1.0).alias("ratio"),
+            ((pl.col("hmed") - pl.col("omed")) / self._scale("omad", "omed")).alias("z"),
+            ((pl.col("omed") > 0) & (pl.col("hmin") / pl.col("omed") >= self.min_rank_ratio)).alias("all_slow"))
+        hs = hs.with_columns(((pl.col("n_ranks") >= self.min_ranks_per_host) & pl.col("all_slow")
+                              & (pl.col("ratio") >= self.min_ratio) & (pl.col("z") >= self.min_z)).alias("slow"))
+        hs = hs.select("job_id", "w", "host", pl.col("n_ranks").cast(pl.Int64), pl.col("hmed").alias("t"),
+                       pl.col("omed").alias("ref_t"), "ratio", "z", "slow").sort(["job_id", "w", "host"])
         return rs, hs
+
+    def _scale(self, mad: str, med: str) -> pl.Expr:
+        return pl.max_horizontal(1.4826 * pl.col(mad), self.rel_floor * pl.col(med).abs(), pl.lit(1e-9))
+
+    @staticmethod
+    def _reference(pr: pl.DataFrame, hosts: pl.DataFrame, keys: list[str]) -> pl.DataFrame:
+        """Median and MAD of the *other* hosts' ranks, per (job, window, host). Exact (leave one
+        host out) for jobs with fewer than 8 hosts; with 8 or more, one host moves the median by
+        at most an eighth of the ranks, so the all-rank median/MAD are used (linear cost)."""
+        small = hosts.filter(pl.col("n_hosts") < 8).select(*keys, "host")
+        pairs = (small.join(pr.select(*keys, pl.col("host").alias("other"), "t"), on=keys, how="inner")
+                 .filter(pl.col("host") != pl.col("other")))
+        omed = pairs.group_by([*keys, "host"]).agg(pl.col("t").median().alias("omed"), pl.len().alias("n_others"))
+        omad = (pairs.join(omed, on=[*keys, "host"]).group_by([*keys, "host"])
+                .agg((pl.col("t") - pl.col("omed")).abs().median().alias("omad")))
+        exact = omed.join(omad, on=[*keys, "host"])
+        large = (hosts.filter(pl.col("n_hosts") >= 8).select(*keys, "host", "n_ranks")
+                 .join(pr.group_by(keys).agg(pl.col("med").first().alias("omed"), pl.col("mad").first().alias("omad"),
+                                             pl.len().alias("n_all")), on=keys)
+                 .select(*keys, "host", "omed", (pl.col("n_all") - pl.col("n_ranks")).cast(pl.UInt32).alias("n_others"),
+                         "omad"))
+        return pl.concat([exact.select(*keys, "host", "omed", pl.col("n_others").cast(pl.UInt32), "omad"),
+                          large.select(*keys, "host", "omed", "n_others", "omad")])
 
     def detect(self, findings: pl.DataFrame, windows: pl.DataFrame, ctx: DetectContext) -> pl.DataFrame:
         rs, hs = self.window_scores(findings, ctx)
@@ -116,7 +126,8 @@ class StragglerDetector:
 
     def _slow_nodes(self, hs: pl.DataFrame, wn: int) -> list[dict]:
         rows = []
-        for (job, host), grp in hs.sort(["job_id", "host", "w"]).group_by(["job_id", "host"], maintain_order=True):
+        slow = hs.filter(pl.col("slow")).sort(["job_id", "host", "w"])
+        for (job, host), grp in slow.group_by(["job_id", "host"], maintain_order=True):
             run: list[dict] = []
             prev_w = None
             for r in grp.iter_rows(named=True):
