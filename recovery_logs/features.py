@@ -11,7 +11,8 @@ Pure functions of frames. Two groups of columns:
   the (host, job)'s own baseline (``log1p(rate) - log1p(baseline)``, and in units of Poisson noise
   ``(n - baseline) / sqrt(baseline)``), distinct templates, new
   templates (first seen in this window within the frame given) and their share, and NVML
-  aggregates (max temperature, mean power, samples) from ``source == "nvml"`` events.
+  aggregates (max temperature, mean power, samples) from ``source == "nvml"`` events (the NVML
+  agent's ``temperature celsius=83`` / ``power watts=650`` bodies, or ``temp=83`` / ``power=650``).
 
 Baselines are *causal*: the rolling median of the same (host, job)'s previous
 ``baseline_windows`` windows, so a window's features never change when later data arrives.
@@ -120,8 +121,10 @@ def event_features(events: pl.DataFrame, window: str | float = "60s", baseline_w
     first = ev.group_by("template_id").agg(pl.col("_w").min().alias("_first_w"))
     ev = ev.join(first, on="template_id", how="left")
     nv = ev.filter(pl.col("source") == "nvml").with_columns(
-        pl.col("message").str.extract(r"(?i)temp(?:erature)?[=: ]+([0-9.]+)").cast(pl.Float64, strict=False).alias("_temp"),
-        pl.col("message").str.extract(r"(?i)power(?:_draw)?[=: ]+([0-9.]+)").cast(pl.Float64, strict=False).alias("_pow"))
+        pl.col("message").str.extract(r"(?i)temp(?:erature)?(?: celsius)?[=: ]+([0-9.]+)")
+        .cast(pl.Float64, strict=False).alias("_temp"),
+        pl.col("message").str.extract(r"(?i)power(?:_draw)?(?: watts)?[=: ]+([0-9.]+)")
+        .cast(pl.Float64, strict=False).alias("_pow"))
     agg = ev.group_by(["host", "job_id", "_w"]).agg(
         pl.len().cast(pl.Float64).alias("n_events"),
         pl.col("template_id").n_unique().cast(pl.Float64).alias("n_templates"),

@@ -130,6 +130,17 @@ def test_line_features_and_pipeline_features_detect_a_burst():
     assert pf["step_time_ratio"].to_list() == [1.0] * 11
 
 
+def test_nvml_aggregates_from_agent_lines():
+    ev = synth.events([
+        {"t": 1.0, "host": "a", "source": "nvml", "message": "NVML gpu=0 uuid=GPU-x pci=0000:1b:00.0 temperature celsius=81 level=warn slowdown_c=90"},
+        {"t": 2.0, "host": "a", "source": "nvml", "message": "NVML gpu=1 uuid=GPU-y pci=0000:1c:00.0 temperature celsius=86 level=warn"},
+        {"t": 3.0, "host": "a", "source": "nvml", "message": "NVML gpu=0 uuid=GPU-x pci=0000:1b:00.0 power watts=600.5 limit_w=700"},
+        {"t": 4.0, "host": "a", "source": "kernel", "message": "temperature 99 from a kernel line is not NVML"},
+    ])
+    out = window_features(ev, synth.findings([]), "1h")
+    assert out.select("nvml_temp_max", "nvml_power_mean", "nvml_samples", "n_events").row(0) == (86.0, 600.5, 3.0, 4.0)
+
+
 def test_bad_window_is_a_config_error():
     with pytest.raises(ConfigError, match="window must be a positive duration"):
         finding_features(synth.findings([]), "0s")
