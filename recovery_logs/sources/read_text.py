@@ -182,8 +182,13 @@ class TextParser:
         if len(rest) > MAX_LINE_BYTES:
             self._over = True
             self._pending = rest[: 2 * QUARANTINE_RAW_BYTES]
-        text, bad = _decode(complete)
-        df = (pl.DataFrame({"text": [text]}).select(pl.col("text").str.split("\n")).explode("text")
+        bad: list[tuple[int, str]] = []
+        try:    # valid UTF-8 (the usual case): Arrow validates it without a Python str
+            whole = pl.Series("text", [complete], dtype=pl.Binary).cast(pl.String).to_frame()
+        except pl.exceptions.PolarsError:
+            text, bad = _decode(complete)
+            whole = pl.DataFrame({"text": [text]})
+        df = (whole.select(pl.col("text").str.split("\n")).explode("text")
               .with_row_index("lineno", offset=start)
               .with_columns(pl.col("lineno").cast(pl.Int64), pl.col("text").str.strip_suffix("\r")))
         n = df.height
