@@ -195,7 +195,9 @@ def _ns(v: Any) -> int | None:
 def score(truth: dict[str, Any], incidents: list[Any]) -> dict[str, Any]:
     """Pure: the metrics of one scenario from its truth and the ranked incidents."""
     culprit = truth.get("culprit_node")
-    node_fault = bool(truth.get("node_fault", culprit is not None and truth.get("category") is not None))
+    never = set(truth.get("never_drain") or [])
+    # truth files without node_fault (older bundles): the culprit is at fault unless it must never be drained
+    node_fault = bool(truth.get("node_fault", culprit is not None and culprit not in never))
     guilty = {culprit} if (node_fault and culprit) else set()
     for f in truth.get("faults") or []:
         if f.get("node_fault") and f.get("culprit_node"):

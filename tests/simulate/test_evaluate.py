@@ -52,6 +52,15 @@ def test_score_missed_fault_and_unacceptable_action() -> None:
     assert m["top1"] and m["actions_ok"] is False
 
 
+def test_score_truth_without_node_fault_infers_it_from_never_drain() -> None:
+    user_bug = {k: v for k, v in TRUTH.items() if k != "node_fault"}
+    user_bug.update(category="oom_gpu", never_drain=["n1", "n2", "n3"], acceptable_actions=["none"])
+    m = score(user_bug, [inc("oom_gpu", "n2", [("drain_node", "n2")])])
+    assert m["node_level"] is False and m["top1"] is True
+    assert m["innocent_drains"] == 1 and m["actions_ok"] is False
+    assert score({k: v for k, v in TRUTH.items() if k != "node_fault"}, [])["node_level"] is True
+
+
 def test_score_hang_lead_over_the_watchdog() -> None:
     hang = {**TRUTH, "category": "nccl_timeout_hang", "decisive_time": "2026-11-29T14:16:00.000000000Z"}
     m = score(hang, [inc("nccl_timeout_hang", None, detected="2026-11-29T14:07:30.000000000Z")])
