@@ -387,7 +387,7 @@ def parse_journald(lines: pl.DataFrame, ctx: ParseContext) -> pl.DataFrame:
         ts=us * 1000, has_ts=pl.lit(True), header=pl.lit(True),
         malformed=~pl.col("valid") | us.is_null(),
         host=short_host(pl.col("_HOSTNAME")), source=kind,
-        nvrm=pl.col("message").str.starts_with("NVRM: "),
+        nvrm=pl.col("message").str.starts_with("NVRM: "), body=pl.col("message"),
     )
     return _base_cols(df)
 

@@ -217,12 +217,12 @@ class TextParser:
             q = pl.concat(quar) if quar else empty_quarantine()
             return Batch(pl.DataFrame(schema=EVENT_SCHEMA), q, stats)
         parsed = parse_lines(lines, self.fmt, self.ctx)
-        if self.fmt in ("vl-jsonl", "journald"):
+        if self.fmt == "vl-jsonl":
             rec = self._json_records(parsed, stats, quar)
             self._carry = self._carry.clear()
         else:
             end = int(lines["lineno"].max())
-            rec = self._text_records(parsed, final, end, stats, drain)
+            rec = self._text_records(parsed, final, end, stats, drain, quar)
         events, q = self.finisher.finish(rec, stats)
         if q.height:
             quar.append(q)
@@ -241,22 +241,26 @@ class TextParser:
         job = pl.lit(o.job) if o.job is not None else pl.coalesce(pl.col("job_id"), pl.lit(self.path_job, pl.String))
         return df.with_columns(host=host.cast(pl.String), job_id=job.cast(pl.String))
 
-    def _json_records(self, parsed: pl.DataFrame, stats: collections.Counter, quar: list) -> pl.DataFrame:
-        parsed = parsed.filter(pl.col("text").str.strip_chars() != "")
+    def _quarantine_json(self, parsed: pl.DataFrame, stats: collections.Counter, quar: list) -> None:
         bad = parsed.filter(pl.col("malformed"))
         if bad.height:
             stats["malformed"] += bad.height
             quar.append(bad.select(pl.lit(self.file).alias("file"), pl.col("lineno").alias("line"),
                                    pl.lit(QuarantineReason.MALFORMED.value).alias("reason"),
                                    cut_raw(pl.col("text")).alias("raw")))
+
+    def _quarantine_utf8(self, ok: pl.DataFrame, stats: collections.Counter, quar: list) -> None:
+        bu = ok.filter(pl.col("bad_utf8"))     # journald MESSAGE byte lists that are not UTF-8
+        if bu.height:
+            stats["invalid_utf8"] += bu.height
+            quar.append(bu.select(pl.lit(self.file).alias("file"), pl.col("lineno").alias("line"),
+                                  pl.lit(QuarantineReason.INVALID_UTF8.value).alias("reason"),
+                                  cut_raw(pl.col("text")).alias("raw")))
+
+    def _json_records(self, parsed: pl.DataFrame, stats: collections.Counter, quar: list) -> pl.DataFrame:
+        parsed = parsed.filter(pl.col("text").str.strip_chars() != "")
+        self._quarantine_json(parsed, stats, quar)
         ok = parsed.filter(~pl.col("malformed"))
-        if "bad_utf8" in ok.columns:          # journald MESSAGE byte lists that are not UTF-8
-            bu = ok.filter(pl.col("bad_utf8"))
-            if bu.height:
-                stats["invalid_utf8"] += bu.height
-                quar.append(bu.select(pl.lit(self.file).alias("file"), pl.col("lineno").alias("line"),
-                                      pl.lit(QuarantineReason.INVALID_UTF8.value).alias("reason"),
-                                      cut_raw(pl.col("text")).alias("raw")))
         ok = self._fill_ids(ok, line_host_first=True)
         return ok.select(
             pl.col("ts"), (~pl.col("ts_inferred")).alias("own_time"), pl.lit(False).alias("bad_ts"),
@@ -266,7 +270,10 @@ class TextParser:
             "stream_id", "rank", "message")
 
     def _text_records(self, parsed: pl.DataFrame, final: bool, end: int, stats: collections.Counter,
-                      drain: bool = False) -> pl.DataFrame:
+                      drain: bool, quar: list) -> pl.DataFrame:
+        whole = parsed
+        if "malformed" in parsed.columns:         # journald lines that are not JSON objects
+            parsed = parsed.filter(~pl.col("malformed"))
         g = group_records(parsed, self.fmt)
         # --- carry: everything from the first line of a record that may still grow ------------
         if final or drain:
@@ -294,13 +301,16 @@ class TextParser:
                 self._head_fill = int(g["ts"][idx[0]])
             elif idx.len() or end >= HEAD_HOLD or final or drain:
                 self._head_fill = self.mtime_ns
-            else:
+            elif g.height:
                 cut = int(g["lineno"].min())   # hold everything until we know
         if self._head_fill is not None:
             g = g.with_columns(ff=pl.col("ff").fill_null(self._head_fill))
         emit = g.filter(pl.col("lineno") < cut)
-        keep = g.filter(pl.col("lineno") >= cut)
-        self._carry = keep.select("lineno", "text")
+        self._carry = whole.filter(pl.col("lineno") >= cut).select("lineno", "text")
+        if whole.height != parsed.height:
+            self._quarantine_json(whole.filter(pl.col("lineno") < cut), stats, quar)
+        if "bad_utf8" in g.columns:
+            self._quarantine_utf8(emit, stats, quar)
         if emit.height:
             last_ff = emit["ff"][-1]
             if last_ff is not None:
@@ -390,7 +400,7 @@ def group_records(p: pl.DataFrame, fmt: str) -> pl.DataFrame:
     start = ~pl.col("cont") & ~pl.col("drop")
     return p.select(
         "lineno", "text", "ts", "ts_inferred", "has_ts", "host", "job_id", "source", "rank", "stream_id", "message",
-        "cont", "drop", "key",
+        "cont", "drop", "key", *(["bad_utf8"] if "bad_utf8" in p.columns else []),
         gfirst=pl.coalesce(pl.when(start).then(pl.col("lineno")).forward_fill().over("key"), pl.col("lineno")))
 
 

@@ -281,3 +281,19 @@ def test_slurmd_log_is_slurm_source_and_keeps_its_header():
              message="[2026-11-29T14:06:02.000] debug:  _handle_terminate: uid = 0 JobId=184470"),
     ], path)
     assert_frame_equal(r.events, exp)
+
+
+def test_journald_nvrm_block_split_over_records_is_joined_and_bad_line_quarantined():
+    path = FIX / "gpu-jd2.journal.json"
+    r = read_paths([path])
+    k = dict(host="gpu-jd2", source="kernel")
+    exp = events_frame([
+        dict(time="2026-11-29T17:03:36Z", line=1, **k,
+             message="NVRM: Xid (PCI:0000:cb:00): 79, pid=1234, name=python, GPU has fallen off the bus."),
+        dict(time="2026-11-29T17:03:36.0001Z", line=2, **k,
+             message="NVRM: The NVIDIA GPU 0000:cb:00.0\nNVRM: (PCI ID: 10de:2330) installed in this system has\n"
+                     "NVRM: fallen off the bus and is not responding to commands."),
+        dict(time="2026-11-29T17:03:37Z", line=6, **k, message="mlx5_core 0000:ca:00.0 ibp202s0: Link DOWN"),
+    ], path)
+    assert_frame_equal(r.events, exp)
+    assert r.quarantine.select("line", "reason").rows() == [(3, "malformed")]

@@ -21,6 +21,7 @@ FILES = [
     (FIX / "gpu-n02.dmesg.log", "dmesg"),
     (FIX / "vl_dataset_small.jsonl", "vl-jsonl"),
     (FIX / "gpu-jd1.journal.json", "journald"),
+    (FIX / "gpu-jd2.journal.json", "journald"),
 ]
 OPTS = ReadOptions(year=2026, boot_time_ns=1_795_948_020_000_000_000)
 DATA = {p: p.read_bytes() for p, _ in FILES}
