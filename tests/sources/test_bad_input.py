@@ -174,3 +174,16 @@ def test_dedupe_can_be_turned_off_for_storms(tmp_path):
     assert read_paths([p], ReadOptions(year=2026)).events.height == 1
     r = read_paths([p], ReadOptions(year=2026, dedupe=False))
     assert r.events.height == 3 and r.stats["duplicates"] == 0
+
+
+def test_file_that_cannot_be_opened_names_the_path(tmp_path):
+    import socket
+    p = tmp_path / "node.sock"           # a UNIX socket exists but cannot be opened for reading
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        s.bind(str(p))
+        with pytest.raises(InputError, match="cannot read") as ei:
+            read_paths([p])
+        assert ei.value.path == str(p)
+    finally:
+        s.close()
