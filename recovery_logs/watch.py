@@ -66,6 +66,7 @@ class WatchOptions:
     refresh_s: float = 1.0
     lateness_s: float = 30.0
     catchup_s: float = 5.0
+    catchup_max_s: float = 300.0         # new ground per catch-up query (long outages are read back in steps)
     context_s: float = 600.0
     max_context_s: float = 86400.0       # never re-read more than this on restart
     rotate_s: float | None = 1800.0      # VictoriaLogs: rebuild the engine from `context` history this often
@@ -217,7 +218,7 @@ class Watcher:
                                  clock=self.clock, max_keys=self.options.max_keys,
                                  reconnect_backoff_s=self.options.reconnect_backoff_s,
                                  background_catchup=self.options.background_catchup,
-                                 use_tail=self.options.use_tail).start()
+                                 use_tail=self.options.use_tail, max_window_s=self.options.catchup_max_s).start()
         if self.file_patterns:
             self.files = FileFollower(self.file_patterns, offsets=dict(self.cursor.files))
         return self

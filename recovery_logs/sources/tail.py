@@ -184,7 +184,8 @@ class VLFollower:
                  tail_start_offset: str = "5s", refresh: str = "1s", resume_from_ns: int | None = None,
                  clock: Callable[[], int] = time.time_ns, max_keys: int = 2_000_000,
                  reconnect_backoff_s: float = 0.5, reconnect_max_s: float = 10.0, use_tail: bool = True,
-                 tail_client: VictoriaLogsClient | None = None, background_catchup: bool = False) -> None:
+                 tail_client: VictoriaLogsClient | None = None, background_catchup: bool = False,
+                 max_window_s: float = 300.0) -> None:
         from recovery_logs.timeutil import parse_duration_s
 
         self.client = client
@@ -202,6 +203,7 @@ class VLFollower:
         self.complete_ns = resume_from_ns          # rows up to here were handed out by poll()
         self._query_frontier: int | None = None    # rows up to here were read by a finished query
         self.background_catchup = background_catchup
+        self.max_window_ns = int(max_window_s * NS)   # new ground one catch-up query may cover
         self._caught: list[tuple[list[dict[str, str]], int]] = []
         self._lock = threading.Lock()
         self._catch_thread: threading.Thread | None = None
@@ -275,7 +277,14 @@ class VLFollower:
         hi = now_ns - self.offset_ns
         done = self._query_frontier if self._query_frontier is not None else self.complete_ns
         lo = (done - self.lateness_ns) if done is not None else hi - self.lateness_ns
-        return lo, hi
+        # after a long outage, catch up in bounded windows (each one query) rather than one huge read
+        return lo, min(hi, lo + self.lateness_ns + self.max_window_ns)
+
+    @property
+    def behind(self) -> bool:
+        """True while catch-up windows are still being capped (reading an outage back)."""
+        done = self._query_frontier if self._query_frontier is not None else self.complete_ns
+        return done is not None and self.clock() - self.offset_ns - done > self.max_window_ns
 
     def catch_up(self, now_ns: int) -> tuple[list[dict[str, str]], int]:
         """One ``/query`` over ``[complete - lateness, now - offset]``; returns (rows, hi).
@@ -300,7 +309,8 @@ class VLFollower:
                 self.stats["errors_catchup"] += 1
                 self.last_error = str(exc)
                 log.warning("VictoriaLogs catch-up: %s; retrying in %.1fs", exc, self.catchup_ns / NS)
-            if self._stop.wait(max(0.05, self.catchup_ns / NS - (time.monotonic() - started))):
+            pause = 0.05 if self.behind else max(0.05, self.catchup_ns / NS - (time.monotonic() - started))
+            if self._stop.wait(pause):
                 return
 
     def poll(self, now_ns: int | None = None, force_catchup: bool = False) -> list[dict[str, str]]:
@@ -321,7 +331,7 @@ class VLFollower:
             with self._lock:
                 caught, self._caught = self._caught, []
         elif force_catchup or now >= self._next_catchup:
-            self._next_catchup = now + self.catchup_ns
+            self._next_catchup = now if self.behind else now + self.catchup_ns
             try:
                 caught.append(self.catch_up(now))
                 self.last_error = None

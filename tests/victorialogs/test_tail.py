@@ -212,3 +212,18 @@ def test_file_follower_rotation_truncation_glob_resume(tmp_path):
     got = dict((p, d) for p, d, _ in ff2.poll())
     ff2.close()
     assert got == {str(a): b"y\n", str(tmp_path / "b.log"): b""}
+
+
+def test_follower_long_outage_caught_up_in_bounded_windows(empty_vls):
+    """Resuming 10 minutes back: several capped catch-up queries, every row once."""
+    now = time.time_ns()
+    empty_vls.ingest([_mk(now - (600 - 5 * i) * NS, f"old {i}", host=f"n{i % 3}") for i in range(120)])
+    f = _follower(empty_vls, catchup_s=0.1, lateness_s=5.0, use_tail=False, resume_from_ns=now - 601 * NS,
+                  max_window_s=60.0).start()
+    try:
+        got = _drain(f, lambda o: len(o) >= 120, timeout=15, step=0.01)
+    finally:
+        f.close()
+    assert sorted(r["_msg"] for r in got) == sorted(f"old {i}" for i in range(120))
+    assert f.stats["catchups"] >= 9          # ~600 s of outage in windows of 60 s
+    assert not f.behind
