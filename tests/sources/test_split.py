@@ -143,3 +143,13 @@ def test_auto_format_parser_equals_read_paths():
     tp = TextParser(str(path), OPTS)
     evs = [tp.feed(DATA[path][:100]).events, tp.feed(DATA[path][100:]).events, tp.flush().events]
     assert_frame_equal(pl.concat(evs), REFERENCE[path].events.sort("seq"))
+
+
+def test_feeding_after_flush_continues_lines_and_seq(tmp_path):
+    tp = TextParser(str(tmp_path / "gpu-n01.kern.log"), ReadOptions(year=2026), "syslog")
+    a = tp.feed(b"Nov 29 14:06:00 gpu-n01 kernel: one\n")
+    b = tp.flush()
+    c = tp.feed(b"Nov 29 14:06:01 gpu-n01 kernel: two\n")
+    d = tp.flush()
+    ev = pl.concat([x.events for x in (a, b, c, d)])
+    assert ev.select("line", "seq", "message").rows() == [(1, 0, "one"), (2, 1, "two")]
