@@ -28,8 +28,11 @@ def register(app: typer.Typer) -> None:
         from recovery_logs.timeutil import parse_duration_s
 
         if list_only:
+            from recovery_logs.simulate.scenarios import SCENARIOS
+
             for name in scenario_names():
-                typer.echo(name)
+                doc = (SCENARIOS[name][0].__doc__ or "").strip().splitlines()
+                typer.echo(f"{name:<20} {doc[0] if doc else ''}".rstrip())
             return
         if scenario is None or out is None:
             raise ConfigError("simulate: --scenario and --out are required (see --list for scenario names)",

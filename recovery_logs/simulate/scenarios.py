@@ -104,6 +104,7 @@ def _hw_truth(kind: str, f: Spec, t: int, xid: int | None, actions=HW_ACTIONS, c
 # ---- hardware: GPU ------------------------------------------------------------------------------
 
 def xid79_cascade(s: Script, f: Spec) -> Fault:
+    """Xid 79 (GPU fell off the bus, after corrected PCIe AER); every other rank times out 600 s later."""
     c, k, g = s.cluster, f.node, f.gpu
     rank = _rank(s, k, g)
     rp = f"{int(c.pci(g).split(':')[1], 16) - 1:02x}"
@@ -126,6 +127,7 @@ def xid79_cascade(s: Script, f: Spec) -> Fault:
 
 
 def xid48_row_remap(s: Script, f: Spec) -> Fault:
+    """Xid 48 double-bit ECC error then Xid 63 row remap; the rank dies with a CUDA ECC error."""
     c, k, g = s.cluster, f.node, f.gpu
     t = _xid(s, f.t, k, g, 48, "pid='<unknown>', name=<unknown>, An uncorrectable double bit error (DBE) has been "
              f"detected on GPU in the framebuffer at partition {g % 4}, subpartition 0.")
@@ -138,6 +140,7 @@ def xid48_row_remap(s: Script, f: Spec) -> Fault:
 
 
 def xid94_contained(s: Script, f: Spec) -> Fault:
+    """Xid 94 contained ECC error: only the process on that GPU dies; requeue, no drain."""
     c, k, g = s.cluster, f.node, f.gpu
     rank = _rank(s, k, g)
     t = _xid(s, f.t, k, g, 94, f"pid={c.pid(rank)}, name=python3, Contained: SM (0x1). RST: No, D-RST: No")
@@ -147,6 +150,7 @@ def xid94_contained(s: Script, f: Spec) -> Fault:
 
 
 def xid95_uncontained(s: Script, f: Spec) -> Fault:
+    """Xid 95 uncontained ECC error, Xid 154 GPU Reset Required, Xid 45 teardown on other GPUs."""
     c, k, g = s.cluster, f.node, f.gpu
     rank = _rank(s, k, g)
     t = _xid(s, f.t, k, g, 95, f"pid={c.pid(rank)}, name=python3, Uncontained: LTC TAG (0x2,0x0). RST: Yes, D-RST: No")
@@ -158,6 +162,7 @@ def xid95_uncontained(s: Script, f: Spec) -> Fault:
 
 
 def xid74_nvlink(s: Script, f: Spec) -> Fault:
+    """Xid 74 fatal NVLink error; Xid 45 breadcrumbs on the other GPUs and nodes as the job is torn down."""
     c, k, g = s.cluster, f.node, f.gpu
     rank = _rank(s, k, g)
     link = int(s.rng.integers(0, 18))
@@ -174,6 +179,7 @@ def xid74_nvlink(s: Script, f: Spec) -> Fault:
 
 
 def xid149_nvlink5(s: Script, f: Spec) -> Fault:
+    """Xid 149 fatal NVLink5 link event, Xid 145 on peer GPUs, Xid 45 teardown, Xid 154 reset required."""
     c, k, g = s.cluster, f.node, f.gpu
     link = int(s.rng.integers(0, 18))
     t = _xid(s, f.t, k, g, 149, f"NETIR_LINK_EVT  Fatal   XC0 i0 Link {link:02d} (0x025525c6 0x00000000 0x00000000 "
@@ -189,6 +195,7 @@ def xid149_nvlink5(s: Script, f: Spec) -> Fault:
 
 
 def xid119_gsp(s: Script, f: Spec) -> Fault:
+    """Xid 119 GSP RPC timeouts (x3) and Xid 154; the rank hangs until the NCCL watchdog fires."""
     c, k, g = s.cluster, f.node, f.gpu
     rank = _rank(s, k, g)
     t = None
@@ -204,6 +211,7 @@ def xid119_gsp(s: Script, f: Spec) -> Fault:
 
 
 def xid120_gsp(s: Script, f: Spec) -> Fault:
+    """Xid 120 GSP task exception; the rank dies with an unspecified launch failure."""
     c, k, g = s.cluster, f.node, f.gpu
     rank = _rank(s, k, g)
     t = _xid(s, f.t, k, g, 120, f"pid={c.pid(rank)}, name=python3, GSP task exception: supervisor timer interrupt "
@@ -225,10 +233,12 @@ def _app_xid(s: Script, f: Spec, code: int, text: str, kind: str) -> Fault:
 
 
 def xid13_app(s: Script, f: Spec) -> Fault:
+    """Xid 13 SM warp exception from the application (+ Xid 43): a user bug, no node action."""
     return _app_xid(s, f, 13, "Graphics SM Warp Exception on (GPC 1, TPC 3, SM 0): Out Of Range Address", "xid13_app")
 
 
 def xid31_app(s: Script, f: Spec) -> Fault:
+    """Xid 31 MMU fault from the application (+ Xid 43): illegal memory access, a user bug."""
     return _app_xid(s, f, 31, "channel 0x00000009, intr 00000000. MMU Fault: ENGINE GRAPHICS GPC2 GPCCLIENT_T1_3 "
                     "faulted @ 0x7f2a_4c000000. Fault is of type FAULT_PDE ACCESS_TYPE_VIRT_READ", "xid31_app")
 
@@ -261,6 +271,7 @@ def _net_failure(s: Script, f: Spec, t_err: int, culprit: int) -> int:
 
 
 def ib_link_down(s: Script, f: Spec) -> Fault:
+    """mlx5 cable error and IB link down; NCCL NET/IB completion errors on the node and its ring peers."""
     k = f.node
     t = s.kern(f.t, k, f"mlx5_core {HCA_PCI}: mlx5_port_module_event:1175:(pid 0): Port module event[error]: "
                "module 0, Cable error, Bad or shorted cable/module")
@@ -272,6 +283,7 @@ def ib_link_down(s: Script, f: Spec) -> Fault:
 
 
 def ib_flap(s: Script, f: Spec) -> Fault:
+    """The node's IB link goes down and up 4-6 times; NCCL retries ride it out, the job survives."""
     k = f.node
     t = f.t
     first = None
@@ -286,6 +298,7 @@ def ib_flap(s: Script, f: Spec) -> Fault:
 
 
 def nccl_net_error(s: Script, f: Spec) -> Fault:
+    """NCCL NET/IB completion errors that all point at one node's address, with no kernel evidence."""
     end = _net_failure(s, f, f.t, f.node)
     first, host = min((r[0], r[1]) for r in s.rows if "Got completion from peer" in r[4])
     return Fault(kind="nccl_net_error", category="nccl_network_error", culprit_node=f.node, culprit_gpu=None,
@@ -296,8 +309,9 @@ def nccl_net_error(s: Script, f: Spec) -> Fault:
 # ---- behaviour: hangs and slowness -------------------------------------------------------------
 
 def silent_hang(s: Script, f: Spec) -> Fault:
-    """Every process on one node stops (e.g. stuck in a D-state filesystem call); nothing is logged
-    until the other ranks' 600 s NCCL watchdog fires."""
+    """Every process on one node stops (stuck in a D-state call); nothing is logged until the 600 s watchdog.
+
+    The other ranks' NCCL watchdog fires; the hung node's ranks never report a timeout."""
     c = s.cluster
     t_stop = s.timeline.last_end_before(f.t)
     end = sc.watchdog_cascade(s, t_stop, set(c.ranks_of(f.node)))
@@ -309,6 +323,7 @@ def silent_hang(s: Script, f: Spec) -> Fault:
 
 
 def straggler_node(s: Script, f: Spec) -> Fault:
+    """One node's ranks compute 1.2-1.5x slower from the fault on (e.g. thermal throttling); the job slows."""
     c = s.cluster
     factor = float(s.rng.uniform(1.2, 1.5))
     ranks = np.array(list(c.ranks_of(f.node)))
@@ -336,6 +351,7 @@ def workload_imbalance(s: Script, f: Spec) -> Fault:
 # ---- user / job faults ------------------------------------------------------------------------
 
 def user_exception(s: Script, f: Spec) -> Fault:
+    """A Python exception (KeyError) in one rank's data code; torchrun tears the job down. A user bug."""
     rank = _rank(s, f.node, f.gpu)
     frames = [("/workspace/train.py", 212, "<module>", "main()"), ("/workspace/train.py", 188, "main",
               "batch = collate(samples)"), ("/workspace/data.py", 57, "collate", 'ids = [s["input_ids"] for s in samples]')]
@@ -346,6 +362,7 @@ def user_exception(s: Script, f: Spec) -> Fault:
 
 
 def gpu_oom(s: Script, f: Spec) -> Fault:
+    """torch.OutOfMemoryError on one rank: a user problem, no node action."""
     rank = _rank(s, f.node, f.gpu)
     t = s.cluster.skew_ns[f.node] + f.t
     end = _crash(s, f.t, rank, TRAIN_FRAMES, "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. "
@@ -359,6 +376,7 @@ def gpu_oom(s: Script, f: Spec) -> Fault:
 
 
 def host_oom(s: Script, f: Spec) -> Fault:
+    """The memory cgroup OOM killer kills one rank (slurmstepd reports oom_kill): the job's fault."""
     c, k = s.cluster, f.node
     rank = _rank(s, k, f.gpu)
     pid = c.pid(rank)
@@ -395,6 +413,7 @@ def node_fail(s: Script, f: Spec) -> Fault:
 
 
 def healthy(s: Script, f: Spec) -> Fault:
+    """A healthy run: progress, benign chatter and noise, no fault."""
     return Fault(kind="healthy", category=None, culprit_node=None, culprit_gpu=None, node_fault=False, fault_t=None,
                  decisive_t=None, actions=("none",), expect_incident=False)
 

@@ -140,8 +140,19 @@ def startup(s: Script) -> None:
                    f"[3]mlx5_3:1/IB [RO]; OOB ibp12s0:{c.ips[i]}<0>", 0)
             s.nccl(tr + 91_000_000, rank, "INFO Using network IB", 0)
             bus = c.pci(g).split(":")[1]
+            ring = " ".join(f"{(rank + j) % c.world:>3}" for j in range(min(8, c.world)))
+            s.nccl(tr + 1_500_000_000, rank, f"INFO Channel 00/24 : {ring}", 0)
+            s.nccl(tr + 1_900_000_000, rank, "INFO Connected all rings", 0)
+            s.nccl(tr + 1_950_000_000, rank, "INFO Connected all trees", 0)
             s.nccl(tr + 2 * NS, rank, f"INFO comm 0x{0x55e0c0000000 + rank * 0x1000:x} rank {rank} nranks {c.world} "
                    f"cudaDev {g} nvmlDev {g} busId {bus}000 commId {comm} - Init COMPLETE", 0)
+            # benign warnings every rank prints: they say "Warning" and must not become incidents
+            s.ranked(tr + 3 * NS, rank, "/usr/local/lib/python3.10/dist-packages/torch/utils/checkpoint.py:1399: "
+                     "FutureWarning: `torch.cpu.amp.autocast(args...)` is deprecated. Please use "
+                     "`torch.amp.autocast('cpu', args...)` instead.")
+            if rank == 0:
+                s.ranked(tr + 4 * NS, rank, " > number of parameters on (tensor, pipeline) model parallel rank "
+                         "(0, 0): 1753284608")
 
 
 def job_end_lines(s: Script, t: int, reason: str, failed_node: int | None = None) -> None:
