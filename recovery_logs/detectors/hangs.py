@@ -15,6 +15,10 @@ replay uses. When no further tick arrives within the threshold, a hang finding i
   "RUNNING"``;
 * the job is not known to have ``COMPLETED`` (for its final silence only).
 
+When the healthy ranks' NCCL watchdogs later fire, a second finding names the one job host whose
+ranks did not report a timeout within ``watchdog_grace_s`` of the first — where the stall began
+(``detail.kind = "silent_host"``), emitted at first watchdog + grace.
+
 Output is monotone in the watermark: a finding, once emitted, never changes or disappears, and
 it does not depend on how findings were split into batches. Jobs without enough progress lines
 are skipped and the reason is logged at DEBUG.
@@ -68,6 +72,7 @@ class HangDetector:
     cadence_window: int = 64
     min_ticks: int = 3
     watchdog_s: float = NCCL_WATCHDOG_S
+    watchdog_grace_s: float = 30.0
     name: str = "hang"
 
     def gaps(self, findings: pl.DataFrame, ctx: DetectContext) -> pl.DataFrame:
@@ -126,7 +131,41 @@ class HangDetector:
                            "threshold_s": round(r["threshold_s"], 3), "median_interval_s": round(r["median_s"], 3),
                            "lead_over_watchdog_s": round(lead, 3), "suspect_host": suspect},
             })
+            rows += self._silent_host(findings, prog, r, ctx)
         return synthetic_findings(self.name, rows)
+
+    def _silent_host(self, findings: pl.DataFrame, prog: pl.DataFrame, gap: dict, ctx: DetectContext) -> list[dict]:
+        """After a flagged stall, the NCCL watchdogs of the healthy ranks fire; the one job host
+        whose ranks stay silent is where the stall began. Decided ``watchdog_grace_s`` after the
+        first watchdog line (so the answer never changes once given)."""
+        job, t_last = gap["job_id"], gap["t"]
+        wd = (_own_input(upto(findings, ctx.watermark_ns))
+              .filter((pl.col("job_id") == job) & (pl.col("category") == "nccl_timeout_hang")
+                      & (pl.col("role") == "symptom") & (pl.col("time").dt.epoch("ns") > t_last))
+              .with_columns(pl.col("time").dt.epoch("ns").alias("t")))
+        if gap["next_t"] is not None:
+            wd = wd.filter(pl.col("t") < gap["next_t"])
+        if wd.is_empty():
+            return []
+        first = int(wd["t"].min())
+        decide = first + int(self.watchdog_grace_s * _NS)
+        if decide > ctx.watermark_ns:
+            return []
+        reporters = set(wd.filter(pl.col("t") <= decide)["host"].drop_nulls().to_list())
+        hosts = set(prog.filter((pl.col("job_id") == job) & (pl.col("time").dt.epoch("ns") <= t_last))["host"]
+                    .drop_nulls().to_list())
+        silent = sorted(hosts - reporters)
+        if len(silent) != 1 or len(reporters & hosts) < 2:
+            return []
+        node = silent[0]
+        msg = (f"after progress stopped at step {gap['step']} ({ns_to_iso(t_last)}), ranks on "
+               f"{', '.join(sorted(reporters & hosts))} reported NCCL watchdog timeouts within "
+               f"{self.watchdog_grace_s:.0f} s of the first one; {node} stayed silent — its ranks are the ones "
+               f"the others were waiting for")
+        return [{"time_ns": decide, "host": node, "job_id": job, "step": gap["step"], "category": "nccl_timeout_hang",
+                 "severity": "high", "role": "cause", "action": "requeue_only", "source": "job", "message": msg,
+                 "detail": {"kind": "silent_host", "first_watchdog": ns_to_iso(first),
+                            "reporting_hosts": sorted(reporters & hosts), "silent_host": node}}]
 
     @staticmethod
     def _ends(f: pl.DataFrame, prog: pl.DataFrame) -> pl.DataFrame:

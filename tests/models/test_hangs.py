@@ -138,3 +138,24 @@ def test_a_teardown_line_with_an_inferred_time_does_not_silence_the_detector():
               "message": "slurmstepd: error: *** STEP 1.0 ON b CANCELLED AT 2026-11-29T14:54:13 ***"}
     assert DET.detect(synth.findings(steady() + [cancel]), NONE, ctx(1000.0)).height == 1
     assert DET.detect(synth.findings(steady() + [dict(cancel, time_inferred=False)]), NONE, ctx(1000.0)).is_empty()
+
+
+def _watchdog(t, host, rank):
+    return {"t": t, "job_id": "j1", "host": host, "rank": rank, "rule_id": "nccl.watchdog_timeout",
+            "category": "nccl_timeout_hang", "role": "symptom", "severity": "high", "action": "requeue_only",
+            "message": f"[Rank {rank}] Watchdog caught collective operation timeout"}
+
+
+def test_the_host_whose_ranks_never_time_out_is_named_after_the_watchdogs():
+    hosts = ("a", "b", "c")
+    rows = steady(hosts=hosts) + [_watchdog(640.0, "a", 0), _watchdog(641.0, "b", 1)]
+    f = synth.findings(rows)
+    assert DET.detect(f, NONE, ctx(669.0)).height == 1            # decided only at first watchdog + 30 s
+    out = DET.detect(f, NONE, ctx(670.0))
+    named = out.filter(pl.col("host").is_not_null())
+    assert named["host"].to_list() == ["c"] and named["time"].dt.epoch("ns").to_list() == [synth.T0 + 670 * NS]
+    assert json.loads(named["detail"][0])["reporting_hosts"] == ["a", "b"]
+    assert "c stayed silent" in named["message"][0]
+    # a watchdog from the third host inside the grace period: nobody is singled out
+    late = synth.findings(rows + [_watchdog(660.0, "c", 2)])
+    assert DET.detect(late, NONE, ctx(2000.0))["host"].to_list() == [None]

@@ -30,7 +30,7 @@ def sim(tmp_path_factory):
 def test_hang_and_straggler_detectors_on_simulator_output(sim):
     r = evaluate(sim)
     hang, strag = r["summary"]["hang"], r["summary"]["straggler"]
-    assert (hang["tp"], hang["fp"], hang["fn"]) == (1, 0, 0)
+    assert (hang["tp"], hang["fp"], hang["fn"], hang["culprit_accuracy"]) == (1, 0, 0, 1.0)
     assert 500 < hang["mean_lead_over_watchdog_s"] < 600 and 0 < hang["mean_latency_s"] <= 70
     assert (strag["tp"], strag["fp"], strag["fn"], strag["culprit_accuracy"]) == (1, 0, 0, 1.0)
     by = {s["scenario"]: s for s in r["scenarios"]}
