@@ -17,7 +17,7 @@ otherwise role ``cause`` (it can raise an ``anomaly`` incident).
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -209,7 +209,6 @@ class AnomalyDetector:
     window: str = "60s"
     model_name: str = DEFAULT_MODEL_NAME
     name: str = "anomaly"
-    _features: tuple[str, ...] = field(default=(), repr=False)
 
     def __post_init__(self) -> None:
         self.model._check_fitted()
