@@ -250,6 +250,21 @@ def _rate(scores: list[dict[str, Any]], key: str) -> float | None:
     return sum(1 for v in vals if v) / len(vals) if vals else None
 
 
+def per_category(scores: list[ScenarioScore]) -> dict[str, dict[str, Any]]:
+    """Precision/recall of the top incident's category against the truth, per category: for the
+    behavioural detectors (straggler, nccl_timeout_hang, anomaly) this is their detection quality."""
+    pairs = [(s.truth.get("category") if s.truth.get("expect_incident") else None,
+              (s.metrics.get("top") or {}).get("category")) for s in scores if s.error is None]
+    out: dict[str, dict[str, Any]] = {}
+    for cat in sorted({c for p in pairs for c in p if c}):
+        tp = sum(1 for t, g in pairs if t == cat and g == cat)
+        n_pred = sum(1 for _, g in pairs if g == cat)
+        n_true = sum(1 for t, _ in pairs if t == cat)
+        out[cat] = {"true": n_true, "predicted": n_pred, "precision": tp / n_pred if n_pred else None,
+                    "recall": tp / n_true if n_true else None}
+    return out
+
+
 def totals(scores: list[ScenarioScore], wall_s: float) -> dict[str, Any]:
     ok = [s.metrics for s in scores if s.error is None]
     node_level = [m for m in ok if m.get("node_level")]
@@ -270,6 +285,7 @@ def totals(scores: list[ScenarioScore], wall_s: float) -> dict[str, Any]:
                                                               if m.get("watchdog_lead_s") is not None]) else None,
         "lines": lines, "replay_s": round(replay_s, 3), "replay_lines_per_s": lines / replay_s if replay_s else None,
         "wall_s": round(wall_s, 3),
+        "per_category": per_category(scores),
     }
 
 
@@ -318,5 +334,5 @@ def evaluate(root: str | Path, options: EvalOptions | None = None,
     return EvalReport(scores=scores, totals=t, missed=floors(t, o))
 
 
-__all__ = ["EvalFloorMissed", "EvalOptions", "EvalReport", "PipelineReplay", "ScenarioScore", "discover", "evaluate", "floors", "load_truth", "score",
+__all__ = ["EvalFloorMissed", "EvalOptions", "EvalReport", "PipelineReplay", "ScenarioScore", "discover", "evaluate", "floors", "load_truth", "per_category", "score",
            "scenario_inputs", "totals"]

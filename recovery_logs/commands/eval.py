@@ -90,6 +90,13 @@ def register(app: typer.Typer) -> None:
         else:
             Console(width=width).print(report_table(report))
             x = report.totals
+            def pr(v: float | None) -> str:
+                return "-" if v is None else f"{v:.2f}"
+
+            cats = x.get("per_category") or {}
+            if cats:
+                Console(width=width).print("top-incident category precision/recall: " + "; ".join(
+                    f"{c} P={pr(v['precision'])} R={pr(v['recall'])} (n={v['true']})" for c, v in cats.items()))
             if x["hang_watchdog_lead_min_s"] is not None:
                 Console(width=width).print(f"silent hangs flagged at least {x['hang_watchdog_lead_min_s']:.0f}s before "
                                            "the 600 s NCCL watchdog")

@@ -412,6 +412,30 @@ def node_fail(s: Script, f: Spec) -> Fault:
                  progress_stop=f.t, node_dead=(k, f.t), decisive_host=c.ctl_host)
 
 
+def novel_nvme_storm(s: Script, f: Spec) -> Fault:
+    """A failing local NVMe floods the kernel log with lines no rule knows: a target for the anomaly model."""
+    k = f.node
+    t, end = f.t, f.t + 10 * 60 * NS
+    first = None
+    while t < end:
+        qid = int(s.rng.integers(1, 64))
+        tag = int(s.rng.integers(0, 1024))
+        t1 = s.kern(t, k, f"nvme nvme0: I/O {tag} QID {qid} timeout, aborting")
+        first = t1 if first is None else first
+        s.kern(t + 2_000_000, k, f"nvme nvme0: Abort status: 0x{int(s.rng.integers(0, 0x400)):x}")
+        sector = int(s.rng.integers(1 << 20, 1 << 31))
+        s.kern(t + 30_000_000, k, f"blk_update_request: I/O error, dev nvme0n1, sector {sector} op 0x0:(READ) "
+               "flags 0x80700 phys_seg 1 prio class 0")
+        if s.rng.random() < 0.1:
+            s.kern(t + 60_000_000, k, "nvme nvme0: controller is down; will reset: CSTS=0x3, PCI_STATUS=0x10")
+        if s.rng.random() < 0.2:
+            s.kern(t + 90_000_000, k, f"EXT4-fs warning (device nvme0n1p1): ext4_end_bio:343: I/O error 10 writing "
+                   f"to inode {int(s.rng.integers(1000, 99999))} starting block {sector // 8})")
+        t += s.jitter(0.5, 4.0)
+    return Fault(kind="novel_nvme_storm", category="anomaly", culprit_node=k, culprit_gpu=None, node_fault=True,
+                 fault_t=first, decisive_t=first, actions=("investigate", "none", "drain_node"))
+
+
 def healthy(s: Script, f: Spec) -> Fault:
     """A healthy run: progress, benign chatter and noise, no fault."""
     return Fault(kind="healthy", category=None, culprit_node=None, culprit_gpu=None, node_fault=False, fault_t=None,
@@ -444,4 +468,5 @@ SCENARIOS: dict[str, tuple[Callable[[Script, Spec], Fault], int]] = {
     "gpu_oom": (gpu_oom, 60),
     "host_oom": (host_oom, 60),
     "node_fail": (node_fail, 400),
+    "novel_nvme_storm": (novel_nvme_storm, 660),
 }
