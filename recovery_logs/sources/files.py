@@ -25,6 +25,7 @@ from __future__ import annotations
 import collections
 import glob
 import gzip
+import json
 import os
 import re
 import zlib
@@ -252,19 +253,31 @@ def events_from_vl_records(records: Iterable[dict[str, str]], opts: ReadOptions 
     ``_time`` is malformed (quarantined, not an event). Pass one ``dedup`` across calls to drop
     rows a tail reconnect sends twice."""
     keys = vl_columns(opts.host_fields)
-    cols: dict[str, list] = {k: [] for k in keys}
-    raws, valid = [], []
-    for r in records:
-        ok = isinstance(r, dict)
-        valid.append(ok)
-        raws.append(_raw_json(r))
-        for k in keys:
-            v = r.get(k) if ok else None
-            cols[k].append(None if v is None else str(v))
-    n = len(raws)
-    df = pl.DataFrame({**cols, "text": raws, "valid": valid, "lineno": list(range(1, n + 1))},
-                      schema={**{k: pl.String for k in keys}, "text": pl.String, "valid": pl.Boolean,
-                              "lineno": pl.Int64})
+    schema = {k: pl.String for k in keys}
+    rows = records if isinstance(records, list) else list(records)
+    n = len(rows)
+    df = None
+    if all(isinstance(r, dict) for r in rows):
+        try:   # fast path: Polars builds the columns natively; raw text only as JSON of the known fields
+            df = pl.from_dicts(rows, schema=schema, strict=False) if n else pl.DataFrame(schema=schema)
+            raw = pl.struct(list(keys)).struct.json_encode().str.replace_all(r'"[^"]*":null,?', "").str.replace(
+                r",\}$", "}")
+            df = df.with_columns(text=raw.str.slice(0, 4096),
+                                 valid=pl.lit(True), lineno=pl.int_range(1, n + 1, dtype=pl.Int64))
+        except pl.exceptions.PolarsError:
+            df = None
+    if df is None:    # a row that is not a dict, or values Polars will not turn into strings
+        cols: dict[str, list] = {k: [] for k in keys}
+        raws, valid = [], []
+        for r in rows:
+            ok = isinstance(r, dict)
+            valid.append(ok)
+            raws.append(_raw_json(r))
+            for k in keys:
+                v = r.get(k) if ok else None
+                cols[k].append(None if v is None else v if isinstance(v, str) else json.dumps(v))
+        df = pl.DataFrame({**cols, "text": raws, "valid": valid, "lineno": list(range(1, n + 1))},
+                          schema={**schema, "text": pl.String, "valid": pl.Boolean, "lineno": pl.Int64})
     parsed = vl_frame_to_parsed(df, opts.host_fields)
     stats: collections.Counter = collections.Counter(lines=n)
     file_col = (pl.when(pl.col("stream_id").is_not_null()).then(pl.lit("victorialogs:") + pl.col("stream_id"))
@@ -292,7 +305,6 @@ def events_from_vl_records(records: Iterable[dict[str, str]], opts: ReadOptions 
 
 
 def _raw_json(r: object) -> str:
-    import json
     try:
         return json.dumps(r, ensure_ascii=False)[:4096]
     except (TypeError, ValueError):

@@ -94,3 +94,16 @@ def test_tail_reconnect_duplicates_are_dropped_with_a_shared_deduper():
     assert first.events.height == 1
     assert second.events.height == 0
     assert second.quarantine["reason"].to_list() == ["duplicate"]
+
+
+def test_records_that_are_not_dicts_or_not_strings_take_the_slow_path():
+    rows = [{"_time": "2026-11-29T14:00:00Z", "_msg": ["a"], "rank": 3, "host": "h"}, "junk", {"_msg": "x"}]
+    b = events_from_vl_records(rows)
+    assert b.events.select("message", "rank", "host").rows() == [('["a"]', 3, "h")]
+    assert b.quarantine.select("line", "reason", "raw").rows() == [(2, "malformed", '"junk"'),
+                                                                   (3, "malformed", '{"_msg": "x"}')]
+
+
+def test_records_fast_path_raw_lists_only_present_fields():
+    b = events_from_vl_records([{"_msg": "x", "host": "h2"}])
+    assert b.quarantine.select("line", "reason", "raw").rows() == [(1, "malformed", '{"_msg":"x","host":"h2"}')]
