@@ -114,7 +114,7 @@ class TextParser:
             if len(self._head) < DETECT_BYTES:
                 return self._empty(stats)
             data, self._head = self._head, b""
-            self.fmt = detect_format(self.file, data[:DETECT_BYTES])
+            self._detect(data)
         return self._process(data, final=False, stats=stats)
 
     def flush(self) -> Batch:
@@ -122,7 +122,7 @@ class TextParser:
         data = b""
         if self.fmt is None:
             data, self._head = self._head, b""
-            self.fmt = detect_format(self.file, data[:DETECT_BYTES])
+            self._detect(data)
         return self._process(data, final=True, stats=stats)
 
     def drain(self) -> Batch:
@@ -136,11 +136,18 @@ class TextParser:
             if not self._head:
                 return self._empty(stats)
             data, self._head = self._head, b""
-            self.fmt = detect_format(self.file, data[:DETECT_BYTES])
+            self._detect(data)
             return self._process(data, final=False, stats=stats, drain=True)
         return self._process(b"", final=False, stats=stats, drain=True)
 
     # --- internals ------------------------------------------------------------------------------
+    def _detect(self, head: bytes) -> None:
+        fmt = detect_format(self.file, head[:DETECT_BYTES])
+        if fmt not in TEXT_FORMATS:
+            raise InputError(f"TextParser: {fmt} content is not a text stream; read it with iter_batches",
+                             path=self.file)
+        self.fmt = fmt
+
     def _empty(self, stats: collections.Counter) -> Batch:
         return Batch(pl.DataFrame(schema=EVENT_SCHEMA), empty_quarantine(), stats)
 

@@ -153,3 +153,12 @@ def test_feeding_after_flush_continues_lines_and_seq(tmp_path):
     d = tp.flush()
     ev = pl.concat([x.events for x in (a, b, c, d)])
     assert ev.select("line", "seq", "message").rows() == [(1, 0, "one"), (2, 1, "two")]
+
+
+def test_text_parser_refuses_parquet_content(tmp_path):
+    import pytest
+
+    from recovery_logs.errors import InputError
+    tp = TextParser(str(tmp_path / "e.parquet"), ReadOptions())
+    with pytest.raises(InputError, match="not a text stream"):
+        tp.feed(b"PAR1" + b"\x00" * 70000)
