@@ -12,7 +12,7 @@ import typer
 from recovery_logs.errors import ConfigError
 
 
-def train_model(data: list[Path], out: Path, seed: int = 0, contamination: float = 0.02,
+def train_model(data: list[Path], out: Path, seed: int = 0, contamination: float = 0.01,
                 features: list[str] | None = None, window: str = "60s", n_estimators: int = 200,
                 min_samples: int = 64) -> dict:
     """Library entry point behind the command: returns the sidecar written to ``out``."""
@@ -48,7 +48,7 @@ def register(app: typer.Typer) -> None:
         out: Annotated[Path, typer.Option("--out", help="model directory to write, e.g. models/NAME")],
         seed: Annotated[int, typer.Option("--seed", help="random_state of the forest")] = 0,
         contamination: Annotated[float, typer.Option("--contamination",
-                                                     help="share of training windows above the threshold")] = 0.02,
+                                                     help="share of training windows above the threshold")] = 0.01,
         features: Annotated[str, typer.Option("--features", help="comma-separated feature names "
                                               "(default: the scale-free MODEL_FEATURES)")] = "",
         window: Annotated[str, typer.Option("--window", help="window width")] = "60s",
