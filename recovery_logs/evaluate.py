@@ -199,10 +199,11 @@ def score(truth: dict[str, Any], incidents: list[Any]) -> dict[str, Any]:
     # truth files without node_fault (older bundles): the culprit is at fault unless it must never be drained
     node_fault = bool(truth.get("node_fault", culprit is not None and culprit not in never))
     guilty = {culprit} if (node_fault and culprit) else set()
-    for f in truth.get("faults") or []:
+    live = [f for f in truth.get("faults") or [] if not f.get("masked")]   # combinations
+    for f in live:
         if f.get("node_fault") and f.get("culprit_node"):
             guilty.add(f["culprit_node"])
-    culprits = ({culprit} | {f.get("culprit_node") for f in truth.get("faults") or []}) - {None}
+    culprits = ({culprit} | {f.get("culprit_node") for f in live}) - {None}
     expect = bool(truth.get("expect_incident"))
     cat = truth.get("category")
     acceptable = set(truth.get("acceptable_actions") or [])

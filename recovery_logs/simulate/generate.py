@@ -23,7 +23,7 @@ from recovery_logs.errors import ConfigError
 from recovery_logs.simulate import script as sc
 from recovery_logs.simulate.background import ROW_SCHEMA, chunk_background
 from recovery_logs.simulate.cluster import NS, Cluster, make_cluster, stable_hash
-from recovery_logs.simulate.scenarios import SCENARIOS, SLOW_SCENARIOS, Fault, Spec
+from recovery_logs.simulate.scenarios import JOB_SIDE, SCENARIOS, SLOW_SCENARIOS, Fault, Spec
 from recovery_logs.simulate.writer import TextSink, VLSink, add_noise, chunk_bounds
 from recovery_logs.timeutil import ns_to_iso
 
@@ -165,14 +165,16 @@ def _truth(name: str, opts: SimOptions, c: Cluster, faults: list[Fault]) -> dict
                 "fault_time": ns_to_iso(f.fault_t), "decisive_time": ns_to_iso(f.decisive_t),
                 "decisive_node": f.decisive_host or (c.nodes[f.culprit_node] if f.culprit_node is not None
                                                      and f.decisive_t is not None else None),
-                "acceptable_actions": list(f.actions), "expect_incident": f.expect_incident}
+                "acceptable_actions": list(f.actions), "expect_incident": f.expect_incident and not f.masked,
+                "masked": f.masked}
 
     primary = one(faults[0])
-    guilty = {c.nodes[f.culprit_node] for f in faults if f.node_fault and f.culprit_node is not None}
-    actions = sorted({a for f in faults for a in f.actions})
+    live = [f for f in faults if not f.masked]
+    guilty = {c.nodes[f.culprit_node] for f in live if f.node_fault and f.culprit_node is not None}
+    actions = sorted({a for f in live for a in f.actions})
     return {"scenario": name, "seed": opts.seed, **primary,
             "acceptable_actions": actions if len(faults) > 1 else primary["acceptable_actions"],
-            "expect_incident": any(f.expect_incident for f in faults),
+            "expect_incident": any(f.expect_incident for f in live),
             "never_drain": sorted(set(c.nodes) - guilty) + [c.ctl_host],
             "job_id": c.job_id, "nodes": list(c.nodes), "gpus_per_node": c.gpus_per_node,
             "start_time": ns_to_iso(c.start_ns), "end_time": ns_to_iso(c.end_ns),
@@ -197,6 +199,9 @@ def simulate_one(name: str, opts: SimOptions, push: Callable | None = None) -> S
     s = sc.Script(c, np.random.default_rng([opts.seed, stable_hash("script", name)]), tl)
     sc.startup(s)
     faults = [SCENARIOS[part][0](s, spec) for part, spec in zip(parts, specs, strict=True)]
+    for i, (part, f) in enumerate(zip(parts, faults, strict=True)):
+        ended = min([g.job_end for g in faults[:i] if g.job_end is not None], default=1 << 62)
+        f.masked = part in JOB_SIDE and f.fault_t is not None and f.fault_t >= ended
     job_end = min([f.job_end for f in faults if f.job_end is not None], default=1 << 62)
     progress_stop = min([f.progress_stop for f in faults if f.progress_stop is not None], default=1 << 62)
     node_dead = {f.node_dead[0]: f.node_dead[1] for f in faults if f.node_dead}

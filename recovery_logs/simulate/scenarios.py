@@ -45,6 +45,7 @@ class Fault:
     progress_stop: int | None = None       # progress lines stop (job may linger, e.g. a hang)
     node_dead: tuple[int, int] | None = None
     decisive_host: str | None = None       # host of the decisive line when it is not the culprit
+    masked: bool = False                   # in a combination: an earlier fault ended the job first
     slow: list[tuple[np.ndarray, int, int, float]] = field(default_factory=list)
 
 
@@ -441,6 +442,10 @@ def healthy(s: Script, f: Spec) -> Fault:
     return Fault(kind="healthy", category=None, culprit_node=None, culprit_gpu=None, node_fault=False, fault_t=None,
                  decisive_t=None, actions=("none",), expect_incident=False)
 
+
+# scenarios whose evidence is only in the job's own output: masked when an earlier fault ended the job
+JOB_SIDE = frozenset({"straggler_node", "workload_imbalance", "silent_hang", "user_exception", "gpu_oom",
+                      "nccl_net_error"})
 
 # scenarios that slow ranks down (the timeline is computed from their slowdowns first)
 SLOW_SCENARIOS = frozenset({"straggler_node", "workload_imbalance"})
