@@ -342,21 +342,22 @@ def vl_frame_to_parsed(df: pl.DataFrame, host_fields: tuple[str, ...]) -> pl.Dat
             .otherwise(pl.col("_src")))
     host, job, src = pl.col("_host"), pl.col("_job"), pl.col("_src")
     msg = pl.col("_msg").fill_null("")
-    rk = msg.str.extract_groups(r"^\[rank(\d+)\]:")
-    rank = pl.coalesce(pl.col("rank").cast(pl.Int32, strict=False), rk.struct.field("1").cast(pl.Int32, strict=False))
+    rk = msg.str.extract(r"^\[rank(\d+)\]:", 1)
+    df = df.with_columns(ts=rfc3339_ns(pl.col("_time")),     # materialised once, used twice below
+                         rank=pl.coalesce(pl.col("rank").cast(pl.Int32, strict=False), rk.cast(pl.Int32, strict=False)))
+    ts, rank = pl.col("ts"), pl.col("rank")
     s = src.str.to_lowercase()
     source = (pl.when(s.eq("kernel") | msg.str.starts_with("NVRM:")).then(pl.lit(SourceKind.KERNEL.value))
               .when(s.str.replace(r"\.service$", "").is_in(list(SLURM_DAEMONS))).then(pl.lit(SourceKind.SLURM.value))
               .when(job.is_not_null() | rank.is_not_null()).then(pl.lit(SourceKind.JOB.value))
               .when(pl.col("_TRANSPORT").is_not_null()).then(pl.lit(SourceKind.JOURNALD.value))
               .otherwise(pl.lit(SourceKind.OTHER.value)))
-    ts = rfc3339_ns(pl.col("_time"))
     out = df.with_columns(
-        ts=ts, has_ts=pl.lit(True), header=pl.lit(True),
+        has_ts=pl.lit(True), header=pl.lit(True),
         malformed=~pl.col("valid") | pl.col("_time").is_null() | ts.is_null(),
-        host=short_host(host), job_id=job, source=source, rank=rank,
+        host=short_host(host), job_id=job, source=source,
         stream_id=pl.col("_stream_id"),
-        message=msg.str.replace(r"^\[rank\d+\]:\s?", ""),
+        message=pl.when(rk.is_not_null()).then(msg.str.replace(r"^\[rank\d+\]:\s?", "")).otherwise(msg),
         nvrm=pl.lit(False),
     )
     return _base_cols(out)
