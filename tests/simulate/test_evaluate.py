@@ -201,3 +201,20 @@ def test_cli_eval_json_and_exit_codes(tmp_path: Path, capsys) -> None:
     assert "broken" in capsys.readouterr().err
     assert main(["eval", str(tmp_path), "--input", "csv"]) == 2
     assert main(["eval", str(tmp_path / "absent")]) == 4
+
+
+def test_scenario_inputs_choose_text_or_victorialogs(tmp_path: Path) -> None:
+    from recovery_logs.evaluate import scenario_inputs
+
+    d = tmp_path / "s"
+    (d / "job-7").mkdir(parents=True)
+    (d / "vl.jsonl").write_text("{}\n")
+    assert scenario_inputs(d, "auto") == [d / "vl.jsonl"]
+    with pytest.raises(InputError, match="no text logs"):
+        scenario_inputs(d, "text")
+    (d / "job-7" / "n1.out").write_text("x\n")
+    assert scenario_inputs(d, "auto") == [d / "job-7" / "n1.out"]
+    assert scenario_inputs(d, "vl") == [d / "vl.jsonl"]
+    (d / "vl.jsonl").unlink()
+    with pytest.raises(InputError, match="no vl.jsonl"):
+        scenario_inputs(d, "vl")
