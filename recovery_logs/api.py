@@ -170,14 +170,19 @@ def replay_incident(name_or_paths: str | Path | Sequence[str | Path], config: An
     """Replay a bundled incident (by name) or any paths; returns the ``ReplayResult``."""
     from recovery_logs.pipeline import ReplayOptions, replay
 
+    from recovery_logs.config import EngineConfig
+
+    read = None
     if isinstance(name_or_paths, str) and name_or_paths in bundled_incident_names():
+        from recovery_logs.commands.replay import bundled_read_options
+
         paths: list[str | Path] = [bundled_incident(name_or_paths)]
+        read = bundled_read_options(name_or_paths)
     elif isinstance(name_or_paths, (str, Path)):
         paths = [name_or_paths]
     else:
         paths = list(name_or_paths)
-    opts = ReplayOptions() if config is None else ReplayOptions(config=config)
-    return replay(paths, opts)
+    return replay(paths, ReplayOptions(read=read, config=config or EngineConfig()))
 
 
 # ---------------------------------------------------------------------------- incidents

@@ -53,7 +53,7 @@ class Inc:
     def write(self, truth):
         base = os.path.join(OUT, self.name)
         os.makedirs(base, exist_ok=True)
-        truth = {"scenario": self.name, "seed": 0, "job_id": JOB, "nodes": NODES, **truth}
+        truth = {"scenario": self.name, "seed": 0, "job_id": JOB, "nodes": NODES, "year": T0.year, **truth}
         with open(os.path.join(base, "truth.json"), "w") as f:
             json.dump(truth, f, indent=2, sort_keys=True)
             f.write("\n")

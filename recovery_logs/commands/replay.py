@@ -22,6 +22,14 @@ def bundled_incidents() -> list[str]:
     return sorted(p.name for p in d.iterdir() if p.is_dir() and (p / "truth.json").is_file())
 
 
+def bundled_read_options(name: str):
+    """Read options for a bundled incident: syslog/glog lines carry no year, truth.json does."""
+    from recovery_logs.sources.files import ReadOptions
+
+    truth = json.loads((bundled_incidents_dir() / name / "truth.json").read_text())
+    return ReadOptions(year=truth.get("year"))
+
+
 def _read_options(fmt: str, host: str | None, job: str | None, year: int | None, boot_time: str | None):
     from recovery_logs.errors import ConfigError
     from recovery_logs.sources.files import ReadOptions
@@ -120,5 +128,6 @@ def register(app: typer.Typer) -> None:
             return
         if name not in names:
             raise ConfigError("unknown bundled incident", name=name, known=names)
-        res = replay([str(bundled_incidents_dir() / name)], ReplayOptions(out_dir=out))
+        res = replay([str(bundled_incidents_dir() / name)],
+                     ReplayOptions(read=bundled_read_options(name), out_dir=out))
         _emit(res, as_json, width)

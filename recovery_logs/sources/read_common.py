@@ -95,7 +95,7 @@ def cut_raw(expr: pl.Expr) -> pl.Expr:
 
 
 class Deduper:
-    """Bounded memory of (host, time, message) hashes of records with their own time."""
+    """Bounded memory of (host, time, message, raw line) hashes of records with their own time."""
 
     def __init__(self, window_ns: int = DEDUP_WINDOW_NS, enabled: bool = True) -> None:
         self.window_ns = window_ns
@@ -107,7 +107,12 @@ class Deduper:
         """Boolean Series: True where the row (columns host, ts, message, own_time) is a duplicate."""
         if not self.enabled:
             return pl.Series("dup", [False] * df.height, dtype=pl.Boolean)
-        h = df.select(pl.struct(pl.col("host"), pl.col("ts"), pl.col("message")).hash(seed=7).alias("h"))["h"]
+        # The raw first line is part of the key: syslog has whole seconds, so an XID storm repeats the
+        # same (host, second, message) many times, but each line keeps its own dmesg uptime.
+        key = [pl.col("host"), pl.col("ts"), pl.col("message")]
+        if "raw_first" in df.columns:
+            key.append(pl.col("raw_first"))
+        h = df.select(pl.struct(key).hash(seed=7).alias("h"))["h"]
         own = df["own_time"]
         cand = pl.DataFrame({"h": h, "own": own, "ts": df["ts"]})
         first = cand.select(

@@ -13,7 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from recovery_logs.pipeline import replay
+from recovery_logs.pipeline import ReplayOptions, replay
+from recovery_logs.sources.files import ReadOptions
 from recovery_logs.render import markdown_report
 from recovery_logs.timeutil import iso_to_ns
 
@@ -27,7 +28,8 @@ NODE_ACTIONS = {"drain_node", "requeue_job", "reset_gpu", "cancel_job"}
 @pytest.fixture(scope="module", params=NAMES)
 def case(request):
     truth = json.loads((INCIDENTS / request.param / "truth.json").read_text())
-    return request.param, truth, replay([str(INCIDENTS / request.param)])
+    opts = ReplayOptions(read=ReadOptions(year=truth["year"]))
+    return request.param, truth, replay([str(INCIDENTS / request.param)], opts)
 
 
 def test_top_incident_and_culprit_match_the_truth(case):
