@@ -168,9 +168,8 @@ def load_events(source: str | Path | Sequence[str | Path], *, fmt: str = "auto",
 
 def replay_incident(name_or_paths: str | Path | Sequence[str | Path], config: Any = None) -> Any:
     """Replay a bundled incident (by name) or any paths; returns the ``ReplayResult``."""
-    from recovery_logs.pipeline import ReplayOptions, replay
-
     from recovery_logs.config import EngineConfig
+    from recovery_logs.pipeline import ReplayOptions, replay
 
     read = None
     if isinstance(name_or_paths, str) and name_or_paths in bundled_incident_names():
