@@ -84,7 +84,7 @@ def test_history_paging_is_lossless(times, page):
     assert len(got) == len(set(got))
 
 
-def _drain(f: VLFollower, until, timeout=8.0, step=0.05) -> list[dict]:
+def _drain(f: VLFollower, until, timeout=15.0, step=0.05) -> list[dict]:
     out: list[dict] = []
     t_end = time.monotonic() + timeout
     while time.monotonic() < t_end:
@@ -158,7 +158,7 @@ def test_follower_restart_mid_tail_and_cut_catchup_lose_nothing(empty_vls):
             if i == 20:
                 empty_vls.cut_queries, empty_vls.cut_after = 1, 1   # one catch-up cut mid-stream
             time.sleep(0.03)
-        got = _drain(f, lambda o: len(o) >= 30, timeout=10)
+        got = _drain(f, lambda o: len(o) >= 30, timeout=20)
         time.sleep(0.5)
         got += f.poll()
     finally:

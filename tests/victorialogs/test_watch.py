@@ -95,7 +95,7 @@ def test_watch_matches_replay_and_ignores_duplicates(empty_vls, tmp_path):
     empty_vls.ingest(rows)            # every line twice: no duplicate incidents, same counts
     w = Watcher(_opts(empty_vls, tmp_path, prefilter=False), engine=_engine()).open()
     try:
-        _run(w, lambda out, w: _caught_up(w, 2), timeout=5)
+        _run(w, lambda out, w: _caught_up(w, 2), timeout=15)
         got = [i.to_dict() for i in w.incidents]
     finally:
         w.close()
@@ -112,7 +112,7 @@ def test_watch_prefilter_keeps_the_root_cause(empty_vls):
     w = Watcher(_opts(empty_vls), engine=_engine()).open()
     try:
         assert "_msg:~" in w.query and w.fields[0] == "_time"
-        _run(w, lambda out, w: _caught_up(w, 1) and w.incidents, timeout=5)
+        _run(w, lambda out, w: _caught_up(w, 1) and w.incidents, timeout=15)
     finally:
         w.close()
     assert (w.incidents[0].category, w.incidents[0].node) == (want[0]["category"], want[0]["node"])
@@ -125,7 +125,7 @@ def test_restart_resumes_without_gap_or_rereport(empty_vls, tmp_path):
     empty_vls.ingest(rows)
     emitted1: list[str] = []
     w1 = Watcher(_opts(empty_vls, tmp_path), engine=_engine(), emit=lambda k, i: emitted1.append(i.id)).open()
-    _run(w1, lambda out, w: _caught_up(w, 2) and out, timeout=5)
+    _run(w1, lambda out, w: _caught_up(w, 2) and out, timeout=15)
     w1.close()
     assert emitted1     # (updates come while the 30 min are read back in capped windows)
     # while the watcher is down, a new fault arrives
@@ -136,7 +136,7 @@ def test_restart_resumes_without_gap_or_rereport(empty_vls, tmp_path):
     w2 = Watcher(_opts(empty_vls, tmp_path), engine=_engine(), emit=lambda k, i: emitted2.append((k, i.id))).open()
     try:
         assert w2.stats["rebuilt"] > 0       # context re-read before the resume window
-        _run(w2, lambda out, w: any(i.node == "gpu-n7" for i in w.incidents), timeout=5)
+        _run(w2, lambda out, w: any(i.node == "gpu-n7" for i in w.incidents), timeout=15)
     finally:
         w2.close()
     new_nodes = {i.node for i in w2.incidents if i.id in {x for _, x in emitted2}}
@@ -152,9 +152,9 @@ def test_export_incidents_and_metrics(empty_vls):
     port = m.serve(0)
     w = Watcher(_opts(empty_vls, export_incidents=True), engine=_engine(), metrics=m).open()
     try:
-        _run(w, lambda out, w: _caught_up(w, 2) and out, timeout=5)
-        _run(w, lambda out, w: _caught_up(w, 3), timeout=3)
-        text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
+        _run(w, lambda out, w: _caught_up(w, 2) and out, timeout=15)
+        _run(w, lambda out, w: _caught_up(w, 3), timeout=10)
+        text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=15).read().decode()
     finally:
         w.close()
         m.close()
@@ -177,7 +177,7 @@ def test_remediation_hook_gets_new_incidents(empty_vls):
     seen: list[list[str]] = []
     w = Watcher(_opts(empty_vls), engine=_engine(), on_incidents=lambda incs: seen.append([i.id for i in incs])).open()
     try:
-        _run(w, lambda out, w: _caught_up(w, 2) and out, timeout=5)
+        _run(w, lambda out, w: _caught_up(w, 2) and out, timeout=15)
     finally:
         w.close()
     # every incident reached the hook (a partial one that later merged into another did too)
@@ -221,10 +221,10 @@ def test_late_events_counted_and_attributed(empty_vls):
     than the watermark when it arrives: counted as late, still an incident."""
     w = Watcher(_opts(empty_vls, lateness_s=1.0, since_s=None), engine=_engine()).open()
     try:
-        _run(w, lambda out, w: _caught_up(w, 1), timeout=3)
+        _run(w, lambda out, w: _caught_up(w, 1), timeout=10)
         empty_vls.ingest([{"_time": vlserver.format_time_ns(time.time_ns() - 3 * NS), "host": "gpu-n9",
                            "unit": "kernel", "_msg": "NVRM: Xid (PCI:0000:3b:00): 79, pid=1, GPU has fallen off the bus."}])
-        _run(w, lambda out, w: any(i.node == "gpu-n9" for i in w.incidents), timeout=5)
+        _run(w, lambda out, w: any(i.node == "gpu-n9" for i in w.incidents), timeout=15)
     finally:
         w.close()
     assert w.stats["late"] >= 1
@@ -257,11 +257,11 @@ def test_engine_rotation_keeps_incidents_and_bounds_state(empty_vls):
     w = Watcher(_opts(empty_vls, rotate_s=0.5, context_s=1800.0), engine=_engine(),
                 emit=lambda k, i: emitted.append(i.id)).open()
     try:
-        _run(w, lambda out, w: _caught_up(w, 1) and w.incidents, timeout=5)
+        _run(w, lambda out, w: _caught_up(w, 1) and w.incidents, timeout=15)
         before = [(i.id, i.count) for i in w.incidents]
         findings_before = w.engine.findings.height
         reported_before = len(emitted)
-        _run(w, lambda out, w: w.stats["rotations"] >= 2, timeout=6)
+        _run(w, lambda out, w: w.stats["rotations"] >= 2, timeout=15)
         after = [(i.id, i.count) for i in w.incidents]
     finally:
         w.close()
