@@ -282,7 +282,7 @@ class Watcher:
         batch = events_from_vl_records(rows, self.read, seq_start=self.seq, file=f"victorialogs:{self.vl_url}")
         return _shift_lines(batch, self._vl_lines, len(rows))
 
-    def _file_batches(self, now: int) -> list[Any]:
+    def _file_batches(self, now: int, final: bool = False) -> list[Any]:
         from recovery_logs.sources.read_text import TextParser
 
         assert self.files is not None
@@ -299,7 +299,7 @@ class Watcher:
                 self._idle[path] = now
         for path, parser in self._parsers.items():   # idle files: emit held (multi-line) records
             since = self._idle.get(path)
-            if since is not None and now - since >= int(self.options.refresh_s * NS):
+            if since is not None and (final or now - since >= int(self.options.refresh_s * NS)):
                 out.append(parser.flush())
                 del self._idle[path]
                 if path in self.files.offsets:
@@ -331,7 +331,9 @@ class Watcher:
             self.metrics.errors.labels(stage=stage).inc()
         log.warning("%s: %s", stage, exc)
 
-    def step(self) -> list[tuple[str, Incident]]:
+    def step(self, final: bool = False) -> list[tuple[str, Incident]]:
+        """One poll -> feed -> report -> persist. ``final``: also emit records the file parsers
+        still hold (the last step of a ``--for`` run)."""
         now = self.clock()
         fed = 0
         if self.vl is not None:
@@ -342,7 +344,7 @@ class Watcher:
             self.last_error = self.vl.last_error
         if self.files is not None:
             try:
-                for b in self._file_batches(now):
+                for b in self._file_batches(now, final):
                     self.stats["file_lines"] += int(b.stats.get("lines", 0))
                     fed += self._feed(b)
             except RecoveryLogsError as exc:
@@ -432,6 +434,10 @@ class Watcher:
                 if after_step is not None:
                     after_step(self)
                 if t_end is not None and time.monotonic() >= t_end:
+                    if self.files is not None:
+                        self.step(final=True)   # nothing read is left unreported
+                        if after_step is not None:
+                            after_step(self)
                     break
                 deadline = t0 + self.options.refresh_s
                 if t_end is not None:
