@@ -88,7 +88,11 @@ def rule_patterns() -> list[str]:
     from recovery_logs.rulepack import load_packs
 
     pack = load_packs()
-    return [p for r in pack.rules for p in r.patterns]
+    # the same rules as replay (benign/suppress rules drop lines, they do not find anything);
+    # named groups become plain groups so all patterns combine into one set for rg and re
+    # (patterns that span lines — tracebacks joined by the readers — cannot run line by line: left out)
+    return [re.sub(r"\(\?P<\w+>", "(?:", p) for r in pack.rules if not getattr(r, "suppress", False)
+            for p in r.patterns if "\\n" not in p and "\n" not in p]
 
 
 def count_lines(files: list[Path]) -> int:
