@@ -202,11 +202,11 @@ def test_replay_equals_watch_over_any_split(cuts):
 def test_history_batches_for_replay(vls):
     """replay --source victorialogs:// reads history as Batches: all 50 rows once, in time
     order, `line` numbered across pages, nanoseconds kept."""
-    from recovery_logs.sources.tail import history_batches
+    from recovery_logs.sources.victorialogs import history_batches
     from recovery_logs.timeutil import iso_to_ns
 
     start, end = iso_to_ns("2026-11-29T14:00:00Z"), iso_to_ns("2026-11-29T14:20:00Z")
-    batches = list(history_batches(vls.base, "*", start, end, ReadOptions(), page_size=7))
+    batches = list(history_batches(vls.url, "*", start, end, ReadOptions(), page_size=7))
     assert len(batches) >= 7
     import polars as pl
     ev = pl.concat([b.events for b in batches])
