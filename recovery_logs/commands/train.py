@@ -14,7 +14,7 @@ from recovery_logs.errors import ConfigError
 
 def train_model(data: list[Path], out: Path, seed: int = 0, contamination: float = 0.01,
                 features: list[str] | None = None, window: str = "60s", n_estimators: int = 200,
-                min_samples: int = 64) -> dict:
+                min_samples: int = 64, normal_only: bool = False) -> dict:
     """Library entry point behind the command: returns the sidecar written to ``out``."""
     from recovery_logs.detectors.evaluation import training_frame
     from recovery_logs.detectors.iforest import WindowIsolationForest
@@ -24,14 +24,14 @@ def train_model(data: list[Path], out: Path, seed: int = 0, contamination: float
     unknown = [f for f in feats if f not in PIPELINE_FEATURES]
     if unknown:
         raise ConfigError("train: unknown feature names", unknown=unknown, known=PIPELINE_FEATURES)
-    X = training_frame(list(data), window)
+    X = training_frame(list(data), window, normal_only=normal_only)
     model = WindowIsolationForest(features=feats, n_estimators=n_estimators, contamination=contamination,
                                   random_state=seed, min_samples=min_samples).fit(X)
     scores = model.score_samples(X)
     flagged = X.with_columns(pl.Series("score", scores)).filter(pl.col("score") >= model.threshold_)
     ws = X["window_start"]
     training = {
-        "data": [str(p) for p in data], "window": window, "seed": seed, "rows": X.height,
+        "data": [str(p) for p in data], "window": window, "seed": seed, "rows": X.height, "normal_only": normal_only,
         "sources": X["source"].n_unique() if "source" in X.columns else None,
         "window_start_min": str(ws.min()), "window_start_max": str(ws.max()),
     }
@@ -54,9 +54,11 @@ def register(app: typer.Typer) -> None:
         window: Annotated[str, typer.Option("--window", help="window width")] = "60s",
         n_estimators: Annotated[int, typer.Option("--n-estimators")] = 200,
         min_samples: Annotated[int, typer.Option("--min-samples", help="fewer training windows is an error")] = 64,
+        normal_only: Annotated[bool, typer.Option("--normal-only", help="only windows before each scenario's "
+                                                  "fault (truth.json): a novelty detector")] = False,
     ) -> None:
         """Train the anomaly model (IsolationForest over window features); skops + JSON sidecar."""
         feats = [f.strip() for f in features.split(",") if f.strip()] or None
-        meta = train_model(data, out, seed, contamination, feats, window, n_estimators, min_samples)
+        meta = train_model(data, out, seed, contamination, feats, window, n_estimators, min_samples, normal_only)
         typer.echo(f"wrote {out}: {meta['training']['rows']} windows, {len(meta['features'])} features, "
                    f"threshold {meta['threshold']:.4f}, sha256 {meta['sha256'][:12]}")
