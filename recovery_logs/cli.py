@@ -46,7 +46,7 @@ _register_commands()
 def main(argv: list[str] | None = None) -> int:
     err = Console(stderr=True, highlight=False)
     try:
-        app(args=argv, standalone_mode=False)
+        rc = app(args=argv, standalone_mode=False)
     except RecoveryLogsError as exc:
         err.print(f"[bold red]error:[/] {type(exc).__name__}: {exc}", markup=True, soft_wrap=True)
         return exc.exit_code
@@ -62,7 +62,7 @@ def main(argv: list[str] | None = None) -> int:
             exc.show()
             return int(exc.exit_code)
         raise
-    return 0
+    return rc if isinstance(rc, int) else 0
 
 
 if __name__ == "__main__":  # pragma: no cover

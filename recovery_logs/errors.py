@@ -3,6 +3,7 @@
 ::
 
     RecoveryLogsError                 exit 1   base; never raised directly
+    ├── EvalFloorMissed               exit 1   `eval` missed a configured quality floor
     ├── ConfigError                   exit 2   bad option, bad config file, conflicting flags
     ├── InputError                    exit 4   unreadable file, no events at all (names file and line)
     ├── RulePackError                 exit 5   a pack that does not load, compile or pass its examples
@@ -40,6 +41,12 @@ class RecoveryLogsError(Exception):
             return self.message
         ctx = ", ".join(f"{k}={v!r}" for k, v in self.context.items() if v is not None)
         return f"{self.message} ({ctx})" if ctx else self.message
+
+
+class EvalFloorMissed(RecoveryLogsError):
+    """One or more evaluation floors were missed (CI holds the line on this)."""
+
+    exit_code = 1
 
 
 class ConfigError(RecoveryLogsError):
@@ -124,7 +131,7 @@ class NVMLUnavailable(RecoveryLogsError):
 
 
 __all__ = [
-    "AuditChainBroken", "AuditError", "ConfigError", "InputError", "ModelError", "NVMLUnavailable",
+    "AuditChainBroken", "AuditError", "ConfigError", "EvalFloorMissed", "InputError", "ModelError", "NVMLUnavailable",
     "PolicyError", "RecoveryLogsError", "RulePackError", "SlurmError", "SlurmUnavailable", "SourceError",
     "TrainingDataError", "UnsafeTargetError", "VictoriaLogsError",
 ]

@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from recovery_logs.errors import ConfigError, InputError, RecoveryLogsError
+from recovery_logs.errors import ConfigError, EvalFloorMissed, InputError, RecoveryLogsError
 from recovery_logs.schema import HARDWARE_CATEGORIES
 from recovery_logs.timeutil import iso_to_ns
 
@@ -39,10 +39,6 @@ INPUTS = ("auto", "text", "vl")
 TEXT_GLOBS = ("nodes/*/*.log", "nodes/*/*.log.gz", "job-*/*.out", "job-*/*.err")
 
 # replay adapter: (paths, truth) -> (incidents ranked most important first, summary dict)
-class EvalFloorMissed(RecoveryLogsError):
-    """One or more evaluation floors were missed (exit 1). Lives here until errors.py takes it."""
-
-    exit_code = 1
 
 
 ReplayFn = Callable[[list[Path], dict[str, Any]], tuple[list[Any], dict[str, Any]]]
