@@ -53,7 +53,7 @@ def _live_table(watcher: Any) -> Any:
         from recovery_logs.timeutil import ns_to_iso
 
         t.add_row(inc.id, inc.severity, inc.category, inc.node or "-", inc.job_id or "-", str(inc.count),
-                  (ns_to_iso(inc.last_seen) or "")[:23], inc.cause)
+                  (ns_to_iso(inc.last_seen) or "")[11:19], inc.cause)
     lag = watcher.vl.lag_s() if watcher.vl is not None else None
     status = (f"events {s.get('events', 0)}  duplicates {s.get('vl_duplicates', 0)}  late {s.get('late', 0)}  "
               f"incidents {s.get('incidents', 0)}" + (f"  lag {lag:.1f}s" if lag is not None else ""))
