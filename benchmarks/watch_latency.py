@@ -151,6 +151,7 @@ def latency(args) -> dict:
 
     t_stop = time.monotonic() + args.duration
     t_run = time.monotonic()
+    cpu0 = time.process_time()
     try:
         w.run(after_step=after)
     finally:
@@ -162,6 +163,7 @@ def latency(args) -> dict:
             "refresh_s": args.refresh, "faults": len(faults), "detected": len(lat),
             "p50_s": round(pct(lat, 50), 3), "p99_s": round(pct(lat, 99), 3), "max_s": round(max(lat, default=0), 3),
             "steps": len(steps), "step_interval_p50_s": round(pct(steps, 50), 3),
+            "watcher_cpu_share": round((time.process_time() - cpu0) / (time.monotonic() - t_run), 2),
             "lines_read": w.vl.stats["lines_read"], "duplicates": w.vl.stats["duplicates"]}
 
 
