@@ -13,7 +13,8 @@ Steps (all functions of the accumulated findings, so replay and watch agree):
    INFO lines); in a job where several nodes report a collective timeout, a node of the job that
    did *not* is a suspect.
 4. **detected_at** — the earliest event time at which the ranking over the evidence seen so far
-   already named the final culprit and category: what a live run reading in time order reports.
+   already named the final culprit and category (or the same category for the job as a whole, when
+   the culprit node is only named later, as for a silent hang): what a live run reports.
 """
 
 from __future__ import annotations
@@ -35,6 +36,9 @@ EARLY_BONUS = 0.3
 EARLY_TAU_S = 60.0
 SILENT_SUSPECT_SCORE = 0.45
 PEER_SCORE = 0.35
+SPECIFIC_BONUS = 0.3
+ACTION_STRENGTH = {"none": 0, "none_user_bug": 0, "investigate": 1, "requeue_only": 2, "cancel_job": 2,
+                   "reset_gpu": 3, "drain_node_and_requeue": 4}
 APP_ACTIONS = {"none_user_bug", "none"}
 TIMEOUT_CATEGORY = Category.NCCL_TIMEOUT_HANG.value
 NET_CATEGORY = Category.NCCL_NETWORK_ERROR.value
@@ -158,24 +162,32 @@ def rank_candidates(rows: list[Row], job_hosts: set[str], addr_hosts: dict[str, 
         [r.first for r in scored if r.role == "cause"]
     first_cause = min(causes) if causes else None
     t0 = first_cause if first_cause is not None else min(r.first for r in scored)
+    def full(r: Row) -> float:
+        role_w = ROLE_WEIGHT.get(r.role, 0.05) if r.role != "breadcrumb" or first_cause is None else 0.0
+        if r.inferred:   # a borrowed timestamp cannot prove it came first
+            role_w = 0.0
+        early = EARLY_BONUS * role_w * math.exp(-max(0.0, (r.first - t0) / 1e9) / EARLY_TAU_S)
+        # specific outranks generic: the driver's own XID verdict beats an application's echo of it
+        spec = SPECIFIC_BONUS if r.xid is not None and r.role == "cause" else 0.0
+        return row_score(r, first_cause) + early + spec
+
     best: dict[str | None, tuple[float, Row]] = {}
     ncause: dict[str | None, int] = {}
     for r in scored:
-        s = row_score(r, first_cause)
+        s = full(r)
         cur = best.get(r.host)
         if cur is None or s > cur[0] + 1e-12 or (abs(s - cur[0]) <= 1e-12 and (r.inferred, r.first) <
                                                   (cur[1].inferred, cur[1].first)):
             best[r.host] = (s, r)
         if r.role == "cause":
             ncause[r.host] = ncause.get(r.host, 0) + r.count
+    # A job-level finding (no host) does not compete with a node that carries the same finding.
+    if None in best and any(r.host is not None and r.rule_id == best[None][1].rule_id for r in scored):
+        del best[None]
     out: dict[str | None, tuple[float, Row | None, list[str]]] = {}
     for host, (s, r) in best.items():
-        role_w = ROLE_WEIGHT.get(r.role, 0.05) if r.role != "breadcrumb" or first_cause is None else 0.0
-        if r.inferred:   # a borrowed timestamp cannot prove it came first
-            role_w = 0.0
-        early = EARLY_BONUS * role_w * math.exp(-max(0.0, (r.first - t0) / 1e9) / EARLY_TAU_S)
         bonus = min(0.15, 0.05 * math.log10(1 + ncause.get(host, 0)))
-        out[host] = (s + early + bonus, r, [f"{r.role} {r.rule_id}"])
+        out[host] = (s + bonus, r, [f"{r.role} {r.rule_id}"])
     # NCCL network errors name a peer: the peer's host is a suspect.
     peers: dict[str, set[str | None]] = {}
     for r in scored:
@@ -299,6 +311,11 @@ class Attributor:
         action = top_row.action
         if top_row.escalated:
             action = "investigate"
+        # XID 154 restates what the driver now requires for that GPU: never propose less than that.
+        for r in scored:
+            if (r.xid == 154 and r.host == top.node and r.host is not None
+                    and ACTION_STRENGTH.get(r.action, 0) > ACTION_STRENGTH.get(action, 0)):
+                action = r.action
         if top.node is not None and top_row.host != top.node:
             action = "investigate"   # a suspect without its own fault line: look, don't drain
         detected = self._detected_at(scored, hosts_in_job, addr_hosts, top.node, category)
@@ -349,5 +366,7 @@ class Attributor:
             c, r = cands[0]
             cat = r.category if r is not None else None
             if c.node == node and (cat == category or r is None):
+                return t
+            if c.node is None and cat == category:   # detected for the job; the culprit was named later
                 return t
         return max(r.first for r in scored)

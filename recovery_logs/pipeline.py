@@ -48,6 +48,24 @@ def _fill_gpu(found: pl.DataFrame) -> pl.DataFrame:
         .alias("gpu"))
 
 
+def _subject_host(found: pl.DataFrame) -> pl.DataFrame:
+    """A controller line about another node (`Nodes gpu-n02 not responding`) is evidence about that node.
+
+    Rules capture the subject as a `node` group (kept in `detail`); the finding moves to that host, and a
+    captured `slurm_job` fills a missing job id. The reporting host stays in the event itself.
+    """
+    if "detail" not in found.columns or found.filter(pl.col("detail").is_not_null()).height == 0:
+        return found
+    node = pl.col("detail").str.json_path_match("$.node")
+    job = pl.col("detail").str.json_path_match("$.slurm_job").str.extract(r"^(\d+)", 1)
+    simple = node.str.contains(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+    return found.with_columns(
+        pl.when(node.is_not_null() & simple).then(node.str.split(".").list.first()).otherwise(pl.col("host"))
+        .alias("host"),
+        pl.coalesce(pl.col("job_id"), job).alias("job_id"),
+    )
+
+
 def default_detectors(config: EngineConfig) -> list[Any]:
     """Behavioural detectors named in ``config.detectors`` (see recovery_logs.detectors)."""
     out: list[Any] = []
@@ -102,7 +120,7 @@ class Engine:
             return empty_findings()
         found = match(events, self.pack)
         if found.height:
-            found = _fill_gpu(found)
+            found = _subject_host(_fill_gpu(found))
             self._chunks.append(found)
             self._findings_cache = None
         self.windows = merge_windows(self.windows, window_counts(events, found, self.config.window_s))
