@@ -142,16 +142,8 @@ SEEDS = (0, 1)
 # Scenarios the engine currently gets wrong, with why (reported to the lead). xfail(strict=True):
 # when detection is fixed the test XPASSes and fails, so this list must shrink, never rot.
 KNOWN_MISSES: dict[str, str] = {
-    "xid94_contained": "engine drains the node: the CUDA 'uncorrectable ECC error encountered' line "
-                       "(gpu_memory.uncorrectable_ecc_cuda, drain) outranks the contained Xid 94 (requeue_only)",
-    "xid149_nvlink5": "'NETIR_LINK_EVT  Fatal' is not decoded as fatal (fatal=None) and the following Xid 154 "
-                      "'GPU Reset Required' is not followed: only 'investigate' is proposed",
-    "silent_hang": "the hang incident names no node (the node whose ranks never timed out is the culprit) and "
-                   "a slurm 'CANCELLED' evidence-only incident can outrank it",
     "novel_nvme_storm": "no incident: a node flooding its kernel log with NVMe timeouts/I/O errors that no rule "
                         "covers is not flagged by the anomaly detector",
-    "node_fail": "slurm.node_not_responding is attributed to the host that logged it (slurmctl01), not the node "
-                 "named in the line: drain_node:slurmctl01",
 }
 
 
