@@ -9,9 +9,10 @@ anomalous when ``s >= threshold_``, the ``1 - contamination`` quantile of the tr
 ``AnomalyDetector`` (the Detector protocol) scores complete windows of
 ``recovery_logs.features.pipeline_features`` (findings + the windows frame's line counts) up to
 the watermark and emits category
-``anomaly`` findings, action ``investigate`` — anomalies never drain a node on their own. A
-window in which a rule already fired gets role ``info`` (supporting evidence);
-otherwise role ``cause`` (it can raise an ``anomaly`` incident).
+``anomaly`` findings, action ``investigate`` — anomalies never drain a node on their own. By
+default only windows in which no rule fired are reported (role ``cause``: they can raise an
+``anomaly`` incident); with ``supporting=True`` windows that rules already explain are reported
+too, as role ``info`` evidence.
 """
 
 from __future__ import annotations
@@ -208,6 +209,7 @@ class AnomalyDetector:
     model: WindowIsolationForest
     window: str = "60s"
     model_name: str = DEFAULT_MODEL_NAME
+    supporting: bool = False
     name: str = "anomaly"
 
     def __post_init__(self) -> None:
@@ -237,6 +239,8 @@ class AnomalyDetector:
         outside = self.model.out_of_range(feats)
         hit = feats.with_columns(pl.Series("score", scores), pl.Series("outside", outside)).filter(
             (pl.col("score") >= self.model.threshold_) | pl.col("outside"))
+        if not self.supporting:
+            hit = hit.filter(pl.col("n_findings") == 0)
         rows = []
         for r in hit.iter_rows(named=True):
             w0 = int(pl.Series([r["window_start"]]).dt.epoch("ns")[0])

@@ -173,3 +173,18 @@ def test_train_command_writes_a_loadable_model(tmp_path):
     rc = cli_main(["train", "--data", str(tmp_path / "f.parquet"), "--out", str(tmp_path / "m2"),
                    "--min-samples", str(feats.height + 1)])
     assert rc == 6 and not (tmp_path / "m2").exists()      # TrainingDataError, nothing written
+
+
+def test_windows_rules_already_explain_are_left_out_unless_supporting(detector):
+    rows = _jobs(9, slow={"h9b": 2.0})
+    t_xid = rows[len(rows) // 2]["t"]
+    xid = {"t": t_xid, "job_id": "j9", "host": "h9b", "rule_id": "xid.79", "category": "xid", "role": "cause",
+           "severity": "critical", "action": "drain_node_and_requeue", "message": "Xid 79"}
+    f = synth.findings(rows + [xid])
+    ctx = DetectContext(int(f["time"].dt.epoch("ns").max()))
+    plain = detector.detect(f, pl.DataFrame(), ctx)
+    both = AnomalyDetector(model=detector.model, supporting=True).detect(f, pl.DataFrame(), ctx)
+    assert set(plain["role"].to_list()) == {"cause"}
+    info = both.filter(pl.col("role") == "info")
+    assert info.height == 1 and "rules already flagged this window" in info["message"][0]
+    assert both.height == plain.height + 1
