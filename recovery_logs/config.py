@@ -26,6 +26,8 @@ class EngineConfig:
     repeat_app_xid_jobs XID 13/31 on one GPU in at least this many distinct jobs escalates to investigate
     detectors           behavioural detectors to run (names of recovery_logs.detectors modules)
     gpus_per_node       for rank -> local GPU mapping when logs do not say
+    progress_retention_s  progress lines older than this (behind the newest event) are compacted away once
+                        more than ``progress_compact_rows`` are held; detector findings are kept
     """
 
     window_s: float = 60.0
@@ -37,6 +39,8 @@ class EngineConfig:
     repeat_app_xid_jobs: int = 2
     detectors: tuple[str, ...] = ("hangs", "stragglers")
     gpus_per_node: int = 8
+    progress_retention_s: float = 7200.0
+    progress_compact_rows: int = 400_000
     rules_dir: Path | None = None
     models_dir: Path | None = None
 

@@ -106,6 +106,8 @@ class Engine:
         self.max_time_ns: int | None = None
         self.watermark_ns: int | None = None
         self.stats: Counter[str] = Counter()
+        self._sticky = empty_findings()
+        self._progress_rows = 0
         descriptions = {r.id: (r.description or r.id) for r in self.pack.rules}
         xid_names = {code: e.description or e.mnemonic for code, e in self.pack.xid_catalog.items()}
         self.attributor = Attributor(self.config, descriptions, xid_names)
@@ -123,6 +125,7 @@ class Engine:
             found = _subject_host(_fill_gpu(found))
             self._chunks.append(found)
             self._findings_cache = None
+            self._progress_rows += found.filter(pl.col("category") == "progress").height
         self.windows = merge_windows(self.windows, window_counts(events, found, self.config.window_s))
         self.spans = merge_spans(self.spans, job_spans(events))
         self._learn_addresses(events)
@@ -131,6 +134,9 @@ class Engine:
             self.max_time_ns = tmax if self.max_time_ns is None else max(self.max_time_ns, tmax)
         self.stats["events"] += events.height
         self.stats["findings"] += found.height
+        cfg = self.config
+        if self._progress_rows > cfg.progress_compact_rows and self.max_time_ns is not None:
+            self.compact(self.max_time_ns - int(cfg.progress_retention_s * 1e9))
         return found
 
     def advance(self, watermark_ns: int) -> None:
@@ -163,17 +169,43 @@ class Engine:
                 self._chunks = [self._findings_cache]
         return self._findings_cache
 
-    def detector_findings(self) -> pl.DataFrame:
+    def detector_findings(self, watermark_ns: int | None = None) -> pl.DataFrame:
+        """Behavioural findings at the watermark, plus those materialised before a compaction."""
         from recovery_logs.detectors.base import DetectContext
 
-        wm = self.watermark_ns if self.watermark_ns is not None else self.max_time_ns
+        wm = watermark_ns if watermark_ns is not None else (
+            self.watermark_ns if self.watermark_ns is not None else self.max_time_ns)
         if wm is None or not self.detectors:
-            return empty_findings()
+            return self._sticky
         ctx = DetectContext(watermark_ns=wm, job_states=self.job_states, config=self.config)
         base = self.findings
         outs = [d.detect(base, self.windows, ctx) for d in self.detectors]
-        outs = [o for o in outs if o.height]
-        return pl.concat(outs) if outs else empty_findings()
+        outs = [o for o in (self._sticky, *outs) if o.height]
+        if not outs:
+            return empty_findings()
+        return pl.concat(outs).unique(["rule_id", "time", "host", "job_id", "message"], keep="first",
+                                      maintain_order=True)
+
+    def compact(self, horizon_ns: int) -> int:
+        """Bound memory: drop progress findings and windows older than ``horizon_ns``.
+
+        Detectors are monotone in the watermark (a finding, once emitted, never changes), so their
+        findings are materialised first at the largest event time seen and kept; rule findings other
+        than progress lines are kept whole (they are what incidents are made of). Returns the number
+        of rows dropped.
+        """
+        if self.max_time_ns is not None:
+            self._sticky = self.detector_findings(max(self.max_time_ns, self.watermark_ns or 0))
+        f = self.findings
+        horizon = pl.lit(horizon_ns).cast(pl.Datetime("ns")).dt.replace_time_zone("UTC")
+        keep = f.filter((pl.col("category") != "progress") | (pl.col("time") >= horizon))
+        dropped = f.height - keep.height
+        self._chunks = [keep]
+        self._findings_cache = keep
+        self._progress_rows = keep.filter(pl.col("category") == "progress").height
+        self.windows = self.windows.filter(pl.col("window_start") >= horizon)
+        self.stats["compacted"] += dropped
+        return dropped
 
     def all_findings(self) -> pl.DataFrame:
         det = self.detector_findings()
