@@ -251,6 +251,8 @@ class Attributor:
             pci = f" on PCI {r.pci}" if r.pci else ""
             return f"XID {r.xid} {name}{pci}"
         desc = self.rule_descriptions.get(r.rule_id)
+        if desc is None and r.rule_id.startswith("detector.") and r.message:
+            desc = r.message.splitlines()[0][:200]   # a detector's message explains its evidence
         return desc or r.rule_id
 
     def incidents(self, findings: pl.DataFrame, spans: pl.DataFrame, addr_hosts: dict[str, str]) -> list[Incident]:
@@ -270,7 +272,9 @@ class Attributor:
             inc = self._one(group, part, job_hosts, addr_hosts, escal)
             if inc is not None:
                 out.append(inc)
-        out.sort(key=lambda i: (-SEVERITY_RANK.get(i.severity, 0), -i.confidence, i.first_seen, i.id))
+        # an anomaly ("unlike anything seen before") ranks below a named failure of the same severity
+        out.sort(key=lambda i: (-SEVERITY_RANK.get(i.severity, 0), i.category == Category.ANOMALY.value,
+                                -i.confidence, i.first_seen, i.id))
         return out
 
     def _one(self, group: str, part: pl.DataFrame, job_hosts: dict[str, set[str]],

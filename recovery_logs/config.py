@@ -37,7 +37,7 @@ class EngineConfig:
     drain_min_confidence: float = 0.55
     job_span_grace_s: float = 900.0
     repeat_app_xid_jobs: int = 2
-    detectors: tuple[str, ...] = ("hangs", "stragglers")
+    detectors: tuple[str, ...] = ("hangs", "stragglers", "anomaly")
     gpus_per_node: int = 8
     progress_retention_s: float = 7200.0
     progress_compact_rows: int = 400_000

@@ -9,6 +9,7 @@ or in any split gives the same incidents (tested as a property).
 
 from __future__ import annotations
 
+import functools
 import json
 import time
 from collections import Counter
@@ -66,6 +67,14 @@ def _subject_host(found: pl.DataFrame) -> pl.DataFrame:
     )
 
 
+@functools.lru_cache(maxsize=4)
+def _anomaly_detector(models_dir: str | None) -> Any:
+    """Load (and checksum) the shipped model once per process; the detector itself is stateless."""
+    from recovery_logs.detectors.iforest import AnomalyDetector
+
+    return AnomalyDetector.default(Path(models_dir) if models_dir else None)
+
+
 def default_detectors(config: EngineConfig) -> list[Any]:
     """Behavioural detectors named in ``config.detectors`` (see recovery_logs.detectors)."""
     out: list[Any] = []
@@ -77,8 +86,7 @@ def default_detectors(config: EngineConfig) -> list[Any]:
             from recovery_logs.detectors.stragglers import StragglerDetector
             out.append(StragglerDetector())
         elif name == "anomaly":
-            from recovery_logs.detectors.iforest import AnomalyDetector
-            out.append(AnomalyDetector.default(config.models_dir))
+            out.append(_anomaly_detector(str(config.models_dir) if config.models_dir else None))
         else:
             from recovery_logs.errors import ConfigError
             raise ConfigError("unknown detector in engine config", detector=name,

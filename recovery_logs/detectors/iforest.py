@@ -18,6 +18,7 @@ too, as role ``info`` evidence.
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -35,6 +36,8 @@ from recovery_logs.schema import empty_findings
 from recovery_logs.timeutil import ns_to_iso
 
 log = logging.getLogger(__name__)
+
+CADENCE_FEATURES = frozenset({"progress_ratio"})
 DEFAULT_MODEL_NAME = "default"
 
 
@@ -122,13 +125,20 @@ class WindowIsolationForest(BaseEstimator):
             return np.zeros(0)
         return -self.forest_.score_samples(self._matrix(X, self.features_, ModelError))
 
-    def out_of_range(self, X: pl.DataFrame) -> np.ndarray:
-        """Boolean per row: some feature that varied in training is outside its widened range."""
+    def out_of_range(self, X: pl.DataFrame, only: Sequence[str] | None = None) -> np.ndarray:
+        """Boolean per row: some feature that varied in training is outside its widened range.
+
+        ``only`` restricts the check to those features (e.g. leave out step-time and progress
+        features, whose range depends on each job's logging cadence, not on node health)."""
         self._check_fitted()
         if X.height == 0:
             return np.zeros(0, dtype=bool)
         m = self._matrix(X, self.features_, ModelError)
-        return ((m < np.asarray(self.feature_lo_)) | (m > np.asarray(self.feature_hi_))).any(axis=1)
+        out = (m < np.asarray(self.feature_lo_)) | (m > np.asarray(self.feature_hi_))
+        if only is not None:
+            keep = np.asarray([f in set(only) for f in self.features_], dtype=bool)
+            out = out[:, keep]
+        return out.any(axis=1)
 
     def predict(self, X: pl.DataFrame) -> np.ndarray:
         """Boolean per row: score >= threshold_, or out_of_range."""
@@ -236,7 +246,11 @@ class AnomalyDetector:
         if feats.is_empty():
             return empty_findings()
         scores = self.model.score_samples(feats)
-        outside = self.model.out_of_range(feats)
+        # How often a job logs progress differs between frameworks and runs: that ratio out of its
+        # training range is not evidence of a sick node (volume, fault counts and step times relative
+        # to the job are).
+        outside = self.model.out_of_range(
+            feats, only=[f for f in self.model.features_ if f not in CADENCE_FEATURES])
         hit = feats.with_columns(pl.Series("score", scores), pl.Series("outside", outside)).filter(
             (pl.col("score") >= self.model.threshold_) | pl.col("outside"))
         if not self.supporting:

@@ -173,7 +173,7 @@ class StragglerDetector:
             msg = (f"ranks {shown} slow ({ratio:.2f}x the job median) in {self.persist} {self.window_s:.0f} s windows;"
                    f" {how}, no node has all its ranks slow — workload imbalance for the job owner, not a bad node")
             rows.append({"time_ns": upto_w + wn, "host": None, "job_id": job, "category": "straggler",
-                         "severity": "low", "role": "info", "action": "investigate", "message": msg,
+                         "severity": "low", "role": "cause", "action": "investigate", "message": msg,
                          "detail": {"kind": "imbalance", "ranks": ranks, "hosts": hosts, "shifting": shifting,
                                     "ratio": round(ratio, 4)}})
         return rows

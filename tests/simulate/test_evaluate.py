@@ -141,10 +141,7 @@ def test_evaluate_bad_options_and_dirs(tmp_path: Path) -> None:
 SEEDS = (0, 1)
 # Scenarios the engine currently gets wrong, with why (reported to the lead). xfail(strict=True):
 # when detection is fixed the test XPASSes and fails, so this list must shrink, never rot.
-KNOWN_MISSES: dict[str, str] = {
-    "novel_nvme_storm": "no incident: a node flooding its kernel log with NVMe timeouts/I/O errors that no rule "
-                        "covers is not flagged by the anomaly detector",
-}
+KNOWN_MISSES: dict[str, str] = {}   # scenario -> why the engine misses it (strict xfail)
 
 
 @pytest.fixture(scope="module")
