@@ -12,7 +12,7 @@ from recovery_logs.detectors.rules import match
 from recovery_logs.rulepack import load_packs
 from recovery_logs.schema import FINDING_SCHEMA, check_findings
 
-DATASET = Path("/work/shared/fixtures/victorialogs/dataset_small.jsonl")
+DATASET = Path(__file__).resolve().parents[1] / "fixtures" / "victorialogs" / "dataset_small.jsonl"
 
 
 def one(pack, make_events, line: str) -> dict:

@@ -12,7 +12,7 @@ from recovery_logs.cli import main
 from recovery_logs.errors import RulePackError
 from recovery_logs.rulepack import check_packs, default_rules_dir, load_packs
 
-CATALOG_MD = Path("/work/shared/reference/xid_catalog.md")
+CATALOG_MD = Path(__file__).resolve().parents[2] / "docs" / "reference" / "xid_catalog.md"
 REPO = Path(__file__).resolve().parents[2]
 
 GOOD_RULE = '''
