@@ -63,6 +63,10 @@ class PolicyConfig:
     breaker_max_drain_fraction: float = 0.25
     breaker_window_s: float = 3600.0
     cluster_nodes: int = 0
+    # promotion gate: in autonomous mode a rule acts alone only once its graded precision is at least
+    # promotion_min_precision over at least promotion_min_incidents proposals (None: no gate)
+    promotion_min_precision: float | None = None
+    promotion_min_incidents: int = 20
 
     def __post_init__(self) -> None:
         if self.mode not in MODES:
@@ -70,7 +74,10 @@ class PolicyConfig:
         checks = (("cooldown_s", self.cooldown_s >= 0), ("budget.per_hour", self.budget_per_hour >= 0),
                   ("budget.per_incident", self.budget_per_incident >= 0),
                   ("breaker.max_drain_fraction", 0 < self.breaker_max_drain_fraction <= 1),
-                  ("breaker.window_s", self.breaker_window_s > 0), ("breaker.cluster_nodes", self.cluster_nodes >= 0))
+                  ("breaker.window_s", self.breaker_window_s > 0), ("breaker.cluster_nodes", self.cluster_nodes >= 0),
+                  ("promotion.min_precision", self.promotion_min_precision is None
+                   or 0 <= self.promotion_min_precision <= 1),
+                  ("promotion.min_incidents", self.promotion_min_incidents >= 0))
         for key, ok in checks:
             if not ok:
                 raise PolicyError(f"policy: {key} is out of range", key=key)
@@ -79,24 +86,28 @@ class PolicyConfig:
         return {"mode": self.mode, "dry_run": self.dry_run, "cooldown_s": self.cooldown_s, "cluster": self.cluster,
                 "budget": {"per_hour": self.budget_per_hour, "per_incident": self.budget_per_incident},
                 "breaker": {"max_drain_fraction": self.breaker_max_drain_fraction,
-                            "window_s": self.breaker_window_s, "cluster_nodes": self.cluster_nodes}}
+                            "window_s": self.breaker_window_s, "cluster_nodes": self.cluster_nodes},
+                "promotion": {"min_precision": self.promotion_min_precision,
+                              "min_incidents": self.promotion_min_incidents}}
 
 
 def policy_from_dict(d: dict[str, Any], **overrides: Any) -> PolicyConfig:
     """Inverse of ``PolicyConfig.to_dict`` (used to reopen a state dir with the policy it recorded)."""
-    b, br = d.get("budget", {}), d.get("breaker", {})
+    b, br, pr = d.get("budget", {}), d.get("breaker", {}), d.get("promotion", {})
     kw = {"mode": d.get("mode", "monitor"), "dry_run": d.get("dry_run", False), "cooldown_s": d.get("cooldown_s", 900.0),
           "cluster": d.get("cluster", "default"), "budget_per_hour": b.get("per_hour", 10),
           "budget_per_incident": b.get("per_incident", 3),
           "breaker_max_drain_fraction": br.get("max_drain_fraction", 0.25),
-          "breaker_window_s": br.get("window_s", 3600.0), "cluster_nodes": br.get("cluster_nodes", 0)}
+          "breaker_window_s": br.get("window_s", 3600.0), "cluster_nodes": br.get("cluster_nodes", 0),
+          "promotion_min_precision": pr.get("min_precision"), "promotion_min_incidents": pr.get("min_incidents", 20)}
     kw.update({k: v for k, v in overrides.items() if v is not None})
     return PolicyConfig(**kw)
 
 
 _TOP = {"mode": str, "dry_run": bool, "cooldown_s": (int, float), "cluster": str}
 _SECTIONS = {"budget": {"per_hour": int, "per_incident": int},
-             "breaker": {"max_drain_fraction": (int, float), "window_s": (int, float), "cluster_nodes": int}}
+             "breaker": {"max_drain_fraction": (int, float), "window_s": (int, float), "cluster_nodes": int},
+             "promotion": {"min_precision": (int, float), "min_incidents": int}}
 
 
 def load_policy(path: Path | None, **overrides: Any) -> PolicyConfig:
@@ -125,7 +136,7 @@ def load_policy(path: Path | None, **overrides: Any) -> PolicyConfig:
                 if not isinstance(sval, want) or isinstance(sval, bool):
                     raise PolicyError(f"policy: {key}.{sub} has the wrong type ({type(sval).__name__})",
                                       key=f"{key}.{sub}", path=str(path))
-                kw[f"{key}_{sub}" if key == "budget" else
+                kw[f"{key}_{sub}" if key in ("budget", "promotion") else
                    ("cluster_nodes" if sub == "cluster_nodes" else f"breaker_{sub}")] = sval
         else:
             raise PolicyError(f"policy: unknown key {key}", key=key, path=str(path))

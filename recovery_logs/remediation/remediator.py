@@ -84,6 +84,9 @@ class Decision:
         return f"{self.action_id} {self.kind} {self.target or '-'}{ex}: {self.decision}/{self.status} — {self.reason}"
 
 
+GRADES_REFRESH_S = 300.0
+
+
 class Remediator:
     def __init__(self, audit: AuditLog, config: PolicyConfig, executor: SlurmExecutor,
                  clock: Callable[[], float] = time.time) -> None:
@@ -94,6 +97,9 @@ class Remediator:
         self.audit.conn.executescript(_ACTIONS)
         self.duplicates = 0
         self._nodes_retry_at = 0.0
+        self._grades: Any = None
+        self._grades_at = -1e18
+        self._rule_of: dict[str, str] = {}
 
     @classmethod
     def from_options(cls, state_dir: Path, mode: str = "monitor", policy_file: Path | None = None,
@@ -203,6 +209,8 @@ class Remediator:
                 " ORDER BY id DESC LIMIT 1", (inc.id,)).fetchone()
             if last is None or last[0] != inc.status:      # first sight, or e.g. open -> cleared
                 self.audit.append("detection", inc.to_dict(), incident_id=inc.id)
+            if inc.root_rule:
+                self._rule_of[inc.id] = inc.root_rule
             for p in inc.actions:
                 d = self._consider(p, p.incident_id or inc.id, inc.cause)
                 if d is not None:
@@ -253,6 +261,7 @@ class Remediator:
             state = self.policy_state(incident_id)
             v = evaluate(self.config, state, ActionRequest(p.kind, p.target or "", incident_id,
                                                            own_drain=p.kind == "resume_node"), now)
+            v = self._gate(v, incident_id, now)
             if v.trip_breaker:
                 self._trip(v.reason)
             status = {"record_only": "record_only", "proposed": "awaiting_approval", "dry_run": "dry_run",
@@ -261,6 +270,21 @@ class Remediator:
                 self.audit.set_state("counter:dry_run", int(self.audit.get_state("counter:dry_run", 0)) + 1)
             return self._decide(existing, act, key, p, incident_id, cause, v.decision, status, v.reason,
                                 v.state, now)
+
+    def _gate(self, v: Any, incident_id: str, now: float) -> Any:
+        """Promotion gate: an autonomous action of a rule whose graded precision has not earned trust
+        waits for an operator instead (see recovery_logs.grading)."""
+        c = self.config
+        if c.promotion_min_precision is None or v.decision != "approved":
+            return v
+        from recovery_logs.grading import PromotionGate, gate_verdict, grading_from_state
+
+        if now - self._grades_at > GRADES_REFRESH_S:
+            self._grades = grading_from_state(Path(self.audit.path).parent)[0]
+            self._grades_at = now
+        gate = PromotionGate(min_precision=c.promotion_min_precision, min_incidents=c.promotion_min_incidents)
+        rule = self._rule_of.get(incident_id, f"incident:{incident_id}")
+        return gate_verdict(v, rule, gate, self._grades)
 
     def _decide(self, existing: dict[str, Any] | None, act: str, key: str, p: ActionProposal, incident_id: str,
                 cause: str, decision: str, status: str, reason: str, state: dict[str, Any], now: float) -> Decision:
