@@ -25,7 +25,7 @@ from recovery_logs.config import EngineConfig
 from recovery_logs.errors import InputError
 from recovery_logs.model import Incident
 from recovery_logs.remediation.plan import RECORD_ONLY, plan
-from recovery_logs.schema import check_events, empty_findings, empty_quarantine
+from recovery_logs.schema import check_events, empty_findings, empty_quarantine, own_strings
 from recovery_logs.windows import (
     empty_spans,
     empty_windows,
@@ -130,7 +130,7 @@ class Engine:
             return empty_findings()
         found = match(events, self.pack)
         if found.height:
-            found = _subject_host(_fill_gpu(found))
+            found = own_strings(_subject_host(_fill_gpu(found)))
             self._chunks.append(found)
             self._findings_cache = None
             self._progress_rows += found.filter(pl.col("category") == "progress").height
@@ -294,7 +294,7 @@ def replay(paths: Sequence[str | Path], options: ReplayOptions | None = None,
         for b in source:
             stats.update(b.stats)
             if b.quarantine.height:
-                quarantine.append(b.quarantine)
+                quarantine.append(own_strings(b.quarantine))
             if b.events.height:   # many small files: coalesce into fewer, larger batches
                 pending.append(b.events)
                 pending_rows += b.events.height

@@ -178,6 +178,19 @@ def conform(df: pl.DataFrame, schema: dict[str, pl.DataType]) -> pl.DataFrame:
     return df.select(exprs)
 
 
+def own_strings(df: pl.DataFrame) -> pl.DataFrame:
+    """Copy string columns into buffers of their own.
+
+    Polars string columns are views: a few rows filtered out of a large batch keep the whole
+    batch's string buffers alive. Anything kept across batches (findings, quarantine) goes through
+    this, or memory grows with the input instead of with what is kept.
+    """
+    cols = [c for c, t in df.schema.items() if t == pl.String]
+    if not cols or df.height == 0:
+        return df
+    return df.with_columns([(pl.col(c) + pl.lit("")).alias(c) for c in cols])
+
+
 def check_frame(df: pl.DataFrame, schema: dict[str, pl.DataType], stage: str) -> pl.DataFrame:
     """Stage-boundary check: exact column names and types, or an InputError naming the stage."""
     got = dict(df.schema)
