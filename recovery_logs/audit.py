@@ -283,4 +283,25 @@ class AuditLog:
         return len(recs)
 
 
+
+def audit_rows(records: list[AuditRecord]) -> list[dict[str, str]]:
+    """Audit records as VictoriaLogs log lines (``unit=recovery-logs-audit``), so operators find
+    every decision beside the logs that caused it. All values are strings, as the server stores them."""
+    import json as _json
+
+    from recovery_logs.timeutil import ns_to_iso
+
+    rows = []
+    for r in records:
+        p = r.payload
+        target = p.get("target") or p.get("node") or ""
+        what = " ".join(str(x) for x in (p.get("kind"), target, p.get("decision") or p.get("status")) if x)
+        rows.append({"_time": ns_to_iso(r.ts_ns) or "", "unit": "recovery-logs-audit", "host": str(target),
+                     "audit_id": str(r.id), "audit_kind": r.kind, "incident_id": r.incident_id or "",
+                     "action_id": r.action_id or "", "hash": r.hash,
+                     "_msg": f"recovery-logs audit #{r.id} {r.kind}" + (f" {what}" if what else "")
+                             + (f" incident {r.incident_id}" if r.incident_id else ""),
+                     "payload": _json.dumps(p, sort_keys=True, ensure_ascii=False, default=str)})
+    return rows
+
 __all__ = ["AuditLog", "AuditRecord", "DB_NAME", "GENESIS", "canonical_json", "default_state_dir", "record_hash"]

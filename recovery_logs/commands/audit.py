@@ -43,10 +43,30 @@ def register(app: typer.Typer) -> None:
     @audit_app.command("export")
     def export(fmt: Annotated[str, typer.Option("--format", help="jsonl or parquet")] = "jsonl",
                out: Annotated[Path | None, typer.Option("--out", "-o", help="output file (default: audit.<format>)")] = None,
+               to: Annotated[str | None, typer.Option("--to", help="victorialogs://HOST:PORT: insert as log lines")] = None,
+               after: Annotated[int, typer.Option("--after", help="only records with a larger id")] = 0,
                state_dir: Annotated[Path | None, typer.Option("--state-dir", help=STATE_DIR_HELP)] = None) -> None:
-        """Write every audit record as JSON lines or Parquet."""
+        """Write every audit record as JSON lines or Parquet, or insert them into VictoriaLogs."""
         from recovery_logs.errors import ConfigError
 
+        if to is not None:
+            if out is not None:
+                raise ConfigError("audit export: give --out or --to, not both")
+            from recovery_logs.audit import audit_rows
+            from recovery_logs.sources.victorialogs import VictoriaLogsClient, parse_url
+
+            log = _open(state_dir)
+            try:
+                rows = audit_rows(log.records(after_id=after))
+            finally:
+                log.close()
+            client = VictoriaLogsClient(parse_url(to))
+            try:
+                client.insert_jsonline(rows, stream_fields=("unit", "host"))
+            finally:
+                client.close()
+            typer.echo(f"inserted {len(rows)} audit records into {to}")
+            return
         if fmt not in ("jsonl", "parquet"):
             raise ConfigError(f"audit export: --format must be jsonl or parquet, not {fmt!r}")
         log = _open(state_dir)
