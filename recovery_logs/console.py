@@ -68,6 +68,7 @@ class Snapshot:
     cluster_nodes: int
     max_drain_fraction: float
     dry_runs: int
+    lemons: tuple[tuple[str, str, float, str], ...] = ()   # (node, state, score, reasons) not healthy
 
     @classmethod
     def load(cls, state_dir: Path, now: float | None = None, recent: int = 10) -> Snapshot:
@@ -110,7 +111,8 @@ class Snapshot:
                        cluster_nodes=int(audit.get_state("cluster_nodes", 0) or pol.get("breaker", {}).get(
                            "cluster_nodes", 0)),
                        max_drain_fraction=float(pol.get("breaker", {}).get("max_drain_fraction", 0.25)),
-                       dry_runs=int(audit.get_state("counter:dry_run", 0)))
+                       dry_runs=int(audit.get_state("counter:dry_run", 0)),
+                       lemons=_lemons(Path(state_dir)))
         finally:
             audit.close()
 
@@ -146,12 +148,33 @@ class Snapshot:
         return Panel(text, title=f"recovery-logs console — {ns_to_iso(int(self.now * 1e9))[:19]}Z",
                      title_align="left")
 
+    def _lemons(self) -> Table:
+        t = Table(title="Lemon nodes (time-decayed, across jobs)", title_justify="left", expand=True)
+        for col in ("node", "state", "score", "why"):
+            t.add_column(col, no_wrap=col != "why")
+        for node, state, score, why in self.lemons:
+            t.add_row(node, state, f"{score:.2f}", why)
+        if not self.lemons:
+            t.add_row("none", "", "", "")
+        return t
+
     def _recent(self) -> Panel:
         lines = [r.__rich__() for r in self.recent] or ["no records"]
         return Panel("\n".join(lines), title="Recent audit records", title_align="left")
 
     def __rich__(self) -> RenderableType:
-        return Group(self._state(), self._incidents(), self._pending(), self._recent())
+        return Group(self._state(), self._incidents(), self._pending(), self._lemons(), self._recent())
+
+
+def _lemons(state_dir: Path) -> tuple[tuple[str, str, float, str], ...]:
+    """Nodes whose lemon state is not healthy, worst first (from the state dir's lemon.json)."""
+    from recovery_logs.detectors.lemon import STATE_FILE, LemonTracker
+
+    if not (state_dir / STATE_FILE).exists():
+        return ()
+    states = LemonTracker(state_dir).states().values()
+    bad = sorted((s for s in states if s.state != "healthy"), key=lambda s: (-s.score, s.node))
+    return tuple((s.node, s.state, s.score, "; ".join(s.reasons)) for s in bad)
 
 
 def render(snapshot: Snapshot, width: int = 120) -> str:

@@ -216,7 +216,16 @@ class Remediator:
                 if d is not None:
                     out.append(d)
         self.process_queue()
+        self._update_lemons(incidents)
         return [self._refresh(d) for d in out]
+
+    def _update_lemons(self, incidents: Sequence[Incident]) -> None:
+        """Remember failures per node across jobs (lemon-node scores live beside the audit DB)."""
+        from recovery_logs.detectors.lemon import LemonTracker
+
+        named = [i for i in incidents if i.node]
+        if named:
+            LemonTracker(Path(self.audit.path).parent).update(named)
 
     def _refresh(self, d: Decision) -> Decision:
         row = self.action(d.action_id)
