@@ -201,21 +201,22 @@ def iter_batches(paths: Sequence[str | Path], opts: ReadOptions = DEFAULT_OPTION
                 parser.set_boot_time(est if est is not None else mtime_ns, inferred=True)
             data = head
             size = _chunk_bytes(opts)
-            while data:
-                b = parser.feed(data)
-                b.stats.update(stats)
-                stats = collections.Counter()
-                if b.events.height or b.quarantine.height or b.stats:
-                    yield b
-                try:
-                    data = fh.read(size)
+            while True:
+                try:   # read ahead: the last chunk is parsed with final=True (no separate flush pass)
+                    nxt = fh.read(size) if data else b""
                 except (OSError, EOFError, zlib.error) as exc:
                     raise InputError(f"input: corrupt gzip stream ({exc})", path=str(fp),
                                      line=parser._next_line) from exc
-            b = parser.flush()
-            b.stats.update(stats)
+                final = not nxt
+                b = parser.feed(data, final=final)
+                b.stats.update(stats)
+                stats = collections.Counter()
+                if final or b.events.height or b.quarantine.height or b.stats:
+                    yield b
+                if final:
+                    break
+                data = nxt
             seq = parser.next_seq
-            yield b
         finally:
             fh.close()
 

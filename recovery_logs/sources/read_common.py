@@ -115,8 +115,12 @@ class Deduper:
         h = df.select(pl.struct(key).hash(seed=7).alias("h"))["h"]
         own = df["own_time"]
         cand = pl.DataFrame({"h": h, "own": own, "ts": df["ts"]})
+        # a duplicate has the same timestamp (it is part of the key): only compare within this
+        # batch's time range, not against everything seen in the window
+        lo, hi = cand.filter(pl.col("own")).select(pl.col("ts").min().alias("lo"), pl.col("ts").max().alias("hi")).row(0)
+        seen = self._seen if lo is None else self._seen.filter(pl.col("ts").is_between(lo, hi))
         first = cand.select(
-            (pl.col("own") & (pl.col("h").is_in(self._seen["h"].implode())
+            (pl.col("own") & (pl.col("h").is_in(seen["h"].implode())
                               | ~pl.col("h").is_first_distinct().over("own"))).alias("dup"))["dup"]
         new = cand.filter(pl.col("own") & ~first).select("h", "ts")
         if new.height:

@@ -106,16 +106,18 @@ class TextParser:
         self.ctx = dataclasses.replace(self.ctx, boot_time_ns=boot_ns, boot_inferred=inferred)
 
     # --- public -------------------------------------------------------------------------------
-    def feed(self, data: bytes) -> Batch:
+    def feed(self, data: bytes, final: bool = False) -> Batch:
+        """Parse a chunk. ``final=True`` means no more data follows: the same as ``feed`` then
+        ``flush``, in one pass (what whole-file reads use; most log files are one chunk)."""
         stats: collections.Counter = collections.Counter()
         stats["bytes"] += len(data)
         if self.fmt is None:
             self._head += data
-            if len(self._head) < DETECT_BYTES:
+            if len(self._head) < DETECT_BYTES and not final:
                 return self._empty(stats)
             data, self._head = self._head, b""
             self._detect(data)
-        return self._process(data, final=False, stats=stats)
+        return self._process(data, final=final, stats=stats)
 
     def flush(self) -> Batch:
         stats: collections.Counter = collections.Counter()

@@ -69,7 +69,7 @@ def test_seq_continues_across_batches_and_files():
         nbatches += 1
     assert seqs == list(range(100, 100 + len(seqs)))
     assert len(seqs) == 9 + 9 + 50
-    assert nbatches > 3
+    assert nbatches >= 3   # at least one batch per file (a small file is parsed in one final pass)
 
 
 def test_iter_batches_reads_large_files_in_bounded_chunks(tmp_path):
@@ -77,9 +77,12 @@ def test_iter_batches_reads_large_files_in_bounded_chunks(tmp_path):
     with open(p, "w") as f:
         for i in range(60_000):
             f.write(f"Nov 29 14:{i // 3600 % 60:02d}:{i // 60 % 60:02d} gpu-n01 kernel: message number {i}\n")
-    sizes = [b.events.height for b in iter_batches([p], ReadOptions(year=2026, batch_lines=1000))]
+    batches = list(iter_batches([p], ReadOptions(year=2026, batch_lines=1000), seq_start=7))
+    sizes = [b.events.height for b in batches]
     assert sum(sizes) == 60_000
     assert max(sizes) < 10_000          # never the whole file in one batch
+    seqs = [s for b in batches for s in b.events["seq"].to_list()]
+    assert seqs == list(range(7, 7 + 60_000))   # seq continues across the chunks of one file
 
 
 def _long_job_file() -> bytes:
