@@ -24,20 +24,21 @@ def _seconds(name: str, text: str) -> float:
     return val
 
 
-def _remediator(slurm: bool, mode: str | None, state_dir: Path | None) -> Any:
+def _remediator(slurm: bool, mode: str | None, state_dir: Path | None, policy: Path | None = None) -> Any:
+    """The Slurm remediator for ``--slurm``. Mode: ``--mode``, else the policy file's, else monitor."""
     from recovery_logs.errors import ConfigError
 
     if not slurm:
-        if mode is not None:
-            raise ConfigError("--mode needs --slurm", value=mode)
+        if mode is not None or policy is not None:
+            raise ConfigError("--mode and --policy need --slurm", value=mode or str(policy))
         return None
     if state_dir is None:
-        raise ConfigError("--slurm needs --state-dir (audit trail and policy state live there)")
+        raise ConfigError("--slurm needs a state dir (audit trail and policy state live there)")
     try:
         from recovery_logs.remediation.remediator import Remediator
     except ImportError as exc:
         raise ConfigError(f"--slurm needs recovery_logs.remediation.remediator, which is not available: {exc}") from exc
-    return Remediator.from_options(state_dir, mode or "monitor")
+    return Remediator.from_options(state_dir, mode=mode, policy_file=policy)  # type: ignore[arg-type]
 
 
 def _live_table(watcher: Any) -> Any:
@@ -82,6 +83,7 @@ def register(app: typer.Typer) -> None:
         no_prefilter: Annotated[bool, typer.Option("--no-prefilter", help="read every line, not only rule candidates")] = False,
         slurm: Annotated[bool, typer.Option("--slurm", help="hand incidents to the Slurm remediator")] = False,
         mode: Annotated[str | None, typer.Option("--mode", help="monitor|approve|autonomous (with --slurm)")] = None,
+        policy: Annotated[Path | None, typer.Option("--policy", help="policy TOML: budget, breaker, cooldown, promotion")] = None,
         tail_offset: Annotated[str, typer.Option("--tail-offset", hidden=True)] = "1s",
         verbose: Annotated[bool, typer.Option("--verbose", "-v", help="log source errors and retries to stderr")] = False,
     ) -> None:
@@ -90,6 +92,10 @@ def register(app: typer.Typer) -> None:
         from recovery_logs.errors import ConfigError
         from recovery_logs.watch import Watcher, WatchOptions
 
+        if slurm and state_dir is None:   # the audit trail must live somewhere durable
+            from recovery_logs.audit import default_state_dir
+
+            state_dir = default_state_dir()
         if export_incidents and not any("://" in s for s in source):
             raise ConfigError("--export-incidents needs a victorialogs:// source")
         refresh_s = _seconds("--refresh", refresh)
@@ -108,7 +114,7 @@ def register(app: typer.Typer) -> None:
         wlog.addHandler(handler)
         wlog.setLevel(logging.INFO if verbose else logging.WARNING)
         metrics = None
-        rem = _remediator(slurm, mode, state_dir)
+        rem = _remediator(slurm, mode, state_dir, policy)
         try:
             if metrics_port is not None:
                 from recovery_logs.metrics import WatchMetrics
