@@ -29,8 +29,10 @@ def _remediator(slurm: bool, mode: str | None, state_dir: Path | None, policy: P
     from recovery_logs.errors import ConfigError
 
     if not slurm:
-        if mode is not None or policy is not None:
-            raise ConfigError("--mode and --policy need --slurm", value=mode or str(policy))
+        if mode is not None:
+            raise ConfigError("--mode needs --slurm", value=mode)
+        if policy is not None:
+            raise ConfigError("--policy needs --slurm", value=str(policy))
         return None
     if state_dir is None:
         raise ConfigError("--slurm needs a state dir (audit trail and policy state live there)")
