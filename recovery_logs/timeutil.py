@@ -8,24 +8,40 @@ import polars as pl
 
 from recovery_logs.schema import TIME
 
-_RFC3339 = r"^(\d{4}-\d{2}-\d{2})[T ](\d{2}:\d{2}:\d{2})(?:[.,](\d{1,9}))?\s*(Z|z|[+-]\d{2}:?\d{2})?$"
+_RFC3339_OK = r"^\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}:\d{2}(?:[.,]\d{1,9})?\s*(?:Z|z|[+-]\d{2}:?\d{2})?$"
+
+
+def frac_ns(frac: pl.Expr) -> pl.Expr:
+    """Fraction digits after the seconds ("5", "123456789") -> nanoseconds; null -> 0."""
+    return pl.when(frac.is_null()).then(pl.lit(0, pl.Int64)).otherwise(
+        frac.str.pad_end(9, "0").cast(pl.Int64, strict=False))
 
 
 def rfc3339_to_ns_expr(col: pl.Expr) -> pl.Expr:
     """Vectorised RFC3339 -> Int64 nanoseconds since the epoch (UTC). Null where unparseable.
 
-    No zone means UTC. Fraction digits beyond 9 are not accepted (null).
+    No zone means UTC. Fraction digits beyond 9 are not accepted (null). One capture-free regex
+    check, a fixed-width ``strptime`` and short slices, with the stripped value and its tail
+    materialised once per batch (several times faster than a capturing regex over the value).
     """
-    parts = col.str.strip_chars().str.extract_groups(_RFC3339)
-    date, hms, frac, tz = (parts.struct.field(str(i)) for i in (1, 2, 3, 4))
-    base = pl.concat_str([date, pl.lit(" "), hms]).str.strptime(pl.Datetime("us"), "%Y-%m-%d %H:%M:%S", strict=False)
-    frac_ns = pl.when(frac.is_null()).then(pl.lit(0, pl.Int64)).otherwise(
-        frac.str.pad_end(9, "0").cast(pl.Int64, strict=False))
-    tzn = tz.str.replace(":", "")
-    sign = pl.when(tzn.str.starts_with("-")).then(-1).otherwise(1)
-    off_min = pl.when(tzn.is_null() | tzn.str.to_uppercase().eq("Z")).then(0).otherwise(
-        sign * (tzn.str.slice(1, 2).cast(pl.Int64, strict=False) * 60 + tzn.str.slice(3, 2).cast(pl.Int64, strict=False)))
-    return base.dt.epoch("ns") + frac_ns - off_min * 60_000_000_000
+    return col.map_batches(_rfc3339_series, return_dtype=pl.Int64)
+
+
+def _rfc3339_series(values: pl.Series) -> pl.Series:
+    df = pl.DataFrame({"s": values.cast(pl.String)}).with_columns(pl.col("s").str.strip_chars())
+    df = df.with_columns(rest=pl.col("s").str.slice(19))
+    s, rest = pl.col("s"), pl.col("rest")
+    df = df.with_columns(tz=rest.str.extract(r"(Z|z|[+-]\d{2}:?\d{2})$", 1).str.replace(":", ""))
+    tz = pl.col("tz")
+    base = pl.concat_str([s.str.slice(0, 10), s.str.slice(11, 8)], separator=" ").str.strptime(
+        pl.Datetime("us"), "%Y-%m-%d %H:%M:%S", strict=False)
+    frac = rest.str.extract(r"^[.,](\d{1,9})", 1)
+    sign = pl.when(tz.str.starts_with("-")).then(-1).otherwise(1)
+    off_min = pl.when(tz.is_null() | tz.str.to_uppercase().eq("Z")).then(0).otherwise(
+        sign * (tz.str.slice(1, 2).cast(pl.Int64, strict=False) * 60 + tz.str.slice(3, 2).cast(pl.Int64, strict=False)))
+    ns = base.dt.epoch("ns") + frac_ns(frac) - off_min * 60_000_000_000
+    out = df.select(pl.when(s.str.contains(_RFC3339_OK)).then(ns).otherwise(pl.lit(None, pl.Int64)).alias("ns"))
+    return out["ns"].alias(values.name)
 
 
 def rfc3339_to_time_expr(col: pl.Expr) -> pl.Expr:
