@@ -48,7 +48,7 @@ from recovery_logs.timeutil import iso_to_ns, ns_to_iso
 
 __all__ = [
     "ACTION_FRAME_SCHEMA", "AUDIT_FRAME_SCHEMA", "CANDIDATE_FRAME_SCHEMA", "EVIDENCE_FRAME_SCHEMA",
-    "INCIDENT_FRAME_SCHEMA", "JOB_FRAME_SCHEMA", "actions_frame", "bundled_incident", "bundled_incident_names",
+    "INCIDENT_FRAME_SCHEMA", "JOB_FRAME_SCHEMA", "actions_frame", "bundled_incident", "bundled_incident_names", "bundled_read_options",
     "candidates_frame", "evidence_frame", "incident_dicts", "incidents_frame", "jobs_frame", "load_audit",
     "load_events", "load_slurm_jobs", "load_truth", "logsql_for_line", "replay_incident", "root_rule",
 ]
@@ -118,6 +118,14 @@ def bundled_incident(name: str) -> Path:
     return p
 
 
+def bundled_read_options(name: str) -> Any:
+    """Read options for a bundled incident: its syslog/glog lines carry no year, its truth.json does."""
+    from recovery_logs.sources.files import ReadOptions
+
+    truth = load_truth(bundled_incident(name)) or {}
+    return ReadOptions(year=truth.get("year"))
+
+
 def load_truth(case_dir: str | Path) -> dict[str, Any] | None:
     """``truth.json`` of a simulator scenario or bundled incident, or None when there is none."""
     p = Path(case_dir) / "truth.json"
@@ -173,8 +181,6 @@ def replay_incident(name_or_paths: str | Path | Sequence[str | Path], config: An
 
     read = None
     if isinstance(name_or_paths, str) and name_or_paths in bundled_incident_names():
-        from recovery_logs.commands.replay import bundled_read_options
-
         paths: list[str | Path] = [bundled_incident(name_or_paths)]
         read = bundled_read_options(name_or_paths)
     elif isinstance(name_or_paths, (str, Path)):

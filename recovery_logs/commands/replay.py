@@ -2,32 +2,13 @@
 
 from __future__ import annotations
 
-import json
 import sys
-from importlib import resources
 from pathlib import Path
 from typing import Annotated
 
 import typer
 
 DEFAULT_DEMO = "xid79_nccl_cascade"
-
-
-def bundled_incidents_dir() -> Path:
-    return Path(str(resources.files("recovery_logs") / "data" / "incidents"))
-
-
-def bundled_incidents() -> list[str]:
-    d = bundled_incidents_dir()
-    return sorted(p.name for p in d.iterdir() if p.is_dir() and (p / "truth.json").is_file())
-
-
-def bundled_read_options(name: str):
-    """Read options for a bundled incident: syslog/glog lines carry no year, truth.json does."""
-    from recovery_logs.sources.files import ReadOptions
-
-    truth = json.loads((bundled_incidents_dir() / name / "truth.json").read_text())
-    return ReadOptions(year=truth.get("year"))
 
 
 def _read_options(fmt: str, host: str | None, job: str | None, year: int | None, boot_time: str | None):
@@ -117,17 +98,23 @@ def register(app: typer.Typer) -> None:
         width: Annotated[int | None, typer.Option("--width")] = None,
     ) -> None:
         """Replay a bundled incident (default: an XID 79 that cascades into NCCL timeouts) and print the report."""
+        from recovery_logs.api import (
+            bundled_incident,
+            bundled_incident_names,
+            bundled_read_options,
+            load_truth,
+        )
         from recovery_logs.errors import ConfigError
         from recovery_logs.pipeline import ReplayOptions, replay
 
-        names = bundled_incidents()
+        names = bundled_incident_names()
         if list_:
             for n in names:
-                truth = json.loads((bundled_incidents_dir() / n / "truth.json").read_text())
+                truth = load_truth(bundled_incident(n)) or {}
                 typer.echo(f"{n:24s} {truth.get('fault_kind')}  culprit={truth.get('culprit_node')}")
             return
         if name not in names:
             raise ConfigError("unknown bundled incident", name=name, known=names)
-        res = replay([str(bundled_incidents_dir() / name)],
+        res = replay([str(bundled_incident(name))],
                      ReplayOptions(read=bundled_read_options(name), out_dir=out))
         _emit(res, as_json, width)
