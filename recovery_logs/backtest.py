@@ -364,50 +364,16 @@ class BacktestResult:
 
 def run_backtest(policy_file: str | Path | None, data: Sequence[str | Path], options: BacktestOptions | None = None,
                  outcomes: pl.DataFrame | None = None) -> BacktestResult:
-    """Load the policy (``[promotion]`` in the same TOML becomes the gate unless ``options.gate``
-    is set), replay ``data`` and backtest."""
-    import tomllib
-
+    """Load the policy (its ``[promotion]`` table becomes the gate unless ``options.gate`` is set),
+    replay ``data`` and backtest."""
     from recovery_logs.remediation.policy import load_policy
 
     opts = options or BacktestOptions()
-    if policy_file is None:
-        policy = load_policy(None)
-    else:
-        try:
-            doc = tomllib.loads(Path(policy_file).read_text(encoding="utf-8"))
-        except FileNotFoundError as exc:
-            raise ConfigError("backtest: policy file not found", path=str(policy_file)) from exc
-        except tomllib.TOMLDecodeError as exc:
-            raise ConfigError(f"backtest: policy file is not valid TOML: {exc}", path=str(policy_file)) from exc
-        promo = doc.pop("promotion", None)
-        if promo is not None and opts.gate is None:
-            opts = replace(opts, gate=PromotionGate.from_mapping(promo))
-        policy = load_policy(Path(policy_file)) if promo is None else _policy_without_promotion(policy_file, doc)
+    if policy_file is not None and not Path(policy_file).is_file():
+        raise ConfigError("backtest: policy file not found", path=str(policy_file))
+    policy = load_policy(Path(policy_file) if policy_file is not None else None)
+    if opts.gate is None:
+        opts = replace(opts, gate=PromotionGate.from_policy(policy))
     return backtest(load_cases(data, opts.config), policy, opts, outcomes)
 
 
-def _policy_without_promotion(path: str | Path, doc: dict[str, Any]) -> PolicyConfig:
-    """``load_policy`` does not know ``[promotion]`` (yet): validate the rest through it."""
-    import tempfile
-
-    from recovery_logs.remediation.policy import load_policy
-
-    lines = []
-    for k, v in doc.items():
-        if isinstance(v, dict):
-            continue
-        lines.append(f"{k} = {json.dumps(v)}")
-    for k, v in doc.items():
-        if isinstance(v, dict):
-            lines.append(f"[{k}]")
-            lines += [f"{sk} = {json.dumps(sv)}" for sk, sv in v.items()]
-    with tempfile.TemporaryDirectory() as td:
-        p = Path(td) / Path(path).name
-        p.write_text("\n".join(lines) + "\n", encoding="utf-8")
-        try:
-            return load_policy(p)
-        except Exception as exc:
-            if hasattr(exc, "context"):
-                exc.context["path"] = str(path)
-            raise

@@ -40,6 +40,7 @@ from typing import Any
 import polars as pl
 
 from recovery_logs.errors import ConfigError
+from recovery_logs.remediation.policy import DEFAULT_PROMOTION_INCIDENTS, DEFAULT_PROMOTION_PRECISION
 from recovery_logs.schema import HARDWARE_CATEGORIES, TIME
 
 __all__ = ["FAILED_JOB_STATES", "GRADE_SCHEMA", "OUTCOME_SCHEMA", "PRECISION_SCHEMA", "PROPOSAL_SCHEMA",
@@ -235,14 +236,21 @@ class PromotionGate:
         min_incidents = 20
     """
 
-    min_precision: float = 0.9
-    min_incidents: int = 20
+    min_precision: float = DEFAULT_PROMOTION_PRECISION
+    min_incidents: int = DEFAULT_PROMOTION_INCIDENTS
 
     def __post_init__(self) -> None:
         if not 0.0 <= self.min_precision <= 1.0:
             raise ConfigError("promotion gate: min_precision must be within [0, 1]", value=self.min_precision)
         if self.min_incidents < 1:
             raise ConfigError("promotion gate: min_incidents must be >= 1", value=self.min_incidents)
+
+    @classmethod
+    def from_policy(cls, policy: Any) -> PromotionGate | None:
+        """The gate a validated ``PolicyConfig`` asks for (its ``[promotion]`` table), or None."""
+        if getattr(policy, "promotion_min_precision", None) is None:
+            return None
+        return cls(float(policy.promotion_min_precision), int(policy.promotion_min_incidents))
 
     @classmethod
     def from_mapping(cls, data: Mapping[str, Any]) -> PromotionGate:

@@ -50,6 +50,9 @@ from recovery_logs.errors import PolicyError
 MODES = ("monitor", "approve", "autonomous")
 HOUR_S = 3600.0
 EXECUTABLE_KINDS = frozenset({"drain_node", "requeue_job", "cancel_job", "resume_node"})
+# promotion gate defaults (a `[promotion]` table without a key takes these; see recovery_logs.grading)
+DEFAULT_PROMOTION_PRECISION = 0.9
+DEFAULT_PROMOTION_INCIDENTS = 20
 
 
 @dataclass(frozen=True)
@@ -66,7 +69,7 @@ class PolicyConfig:
     # promotion gate: in autonomous mode a rule acts alone only once its graded precision is at least
     # promotion_min_precision over at least promotion_min_incidents proposals (None: no gate)
     promotion_min_precision: float | None = None
-    promotion_min_incidents: int = 20
+    promotion_min_incidents: int = DEFAULT_PROMOTION_INCIDENTS
 
     def __post_init__(self) -> None:
         if self.mode not in MODES:
@@ -77,7 +80,7 @@ class PolicyConfig:
                   ("breaker.window_s", self.breaker_window_s > 0), ("breaker.cluster_nodes", self.cluster_nodes >= 0),
                   ("promotion.min_precision", self.promotion_min_precision is None
                    or 0 <= self.promotion_min_precision <= 1),
-                  ("promotion.min_incidents", self.promotion_min_incidents >= 0))
+                  ("promotion.min_incidents", self.promotion_min_incidents >= 1))
         for key, ok in checks:
             if not ok:
                 raise PolicyError(f"policy: {key} is out of range", key=key)
@@ -99,7 +102,8 @@ def policy_from_dict(d: dict[str, Any], **overrides: Any) -> PolicyConfig:
           "budget_per_incident": b.get("per_incident", 3),
           "breaker_max_drain_fraction": br.get("max_drain_fraction", 0.25),
           "breaker_window_s": br.get("window_s", 3600.0), "cluster_nodes": br.get("cluster_nodes", 0),
-          "promotion_min_precision": pr.get("min_precision"), "promotion_min_incidents": pr.get("min_incidents", 20)}
+          "promotion_min_precision": pr.get("min_precision"),
+          "promotion_min_incidents": pr.get("min_incidents", DEFAULT_PROMOTION_INCIDENTS)}
     kw.update({k: v for k, v in overrides.items() if v is not None})
     return PolicyConfig(**kw)
 
@@ -140,6 +144,8 @@ def load_policy(path: Path | None, **overrides: Any) -> PolicyConfig:
                    ("cluster_nodes" if sub == "cluster_nodes" else f"breaker_{sub}")] = sval
         else:
             raise PolicyError(f"policy: unknown key {key}", key=key, path=str(path))
+    if "promotion" in data:   # the table turns the gate on; a missing precision takes the default
+        kw.setdefault("promotion_min_precision", DEFAULT_PROMOTION_PRECISION)
     kw.update({k: v for k, v in overrides.items() if v is not None})
     try:
         return PolicyConfig(**kw)

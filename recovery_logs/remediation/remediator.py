@@ -283,15 +283,14 @@ class Remediator:
     def _gate(self, v: Any, incident_id: str, now: float) -> Any:
         """Promotion gate: an autonomous action of a rule whose graded precision has not earned trust
         waits for an operator instead (see recovery_logs.grading)."""
-        c = self.config
-        if c.promotion_min_precision is None or v.decision != "approved":
+        if self.config.promotion_min_precision is None or v.decision != "approved":
             return v
         from recovery_logs.grading import PromotionGate, gate_verdict, grading_from_state
 
         if now - self._grades_at > GRADES_REFRESH_S:
             self._grades = grading_from_state(Path(self.audit.path).parent)[0]
             self._grades_at = now
-        gate = PromotionGate(min_precision=c.promotion_min_precision, min_incidents=c.promotion_min_incidents)
+        gate = PromotionGate.from_policy(self.config)
         rule = self._rule_of.get(incident_id, f"incident:{incident_id}")
         return gate_verdict(v, rule, gate, self._grades)
 

@@ -52,3 +52,16 @@ def test_promotion_keys_are_validated(tmp_path):
     cfg = load_policy(pol)
     assert (cfg.promotion_min_precision, cfg.promotion_min_incidents) == (0.8, 10)
     assert cfg.to_dict()["promotion"] == {"min_precision": 0.8, "min_incidents": 10}
+
+
+def test_a_promotion_table_turns_the_gate_on_with_defaults(tmp_path):
+    from recovery_logs.grading import PromotionGate
+
+    pol = tmp_path / "policy.toml"
+    pol.write_text("[promotion]\nmin_incidents = 5\n")
+    gate = PromotionGate.from_policy(load_policy(pol))
+    assert gate == PromotionGate(min_precision=0.9, min_incidents=5)
+    assert PromotionGate.from_policy(load_policy(None)) is None
+    pol.write_text("[promotion]\nmin_incidents = 0\n")
+    with pytest.raises(PolicyError):
+        load_policy(pol)
