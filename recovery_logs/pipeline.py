@@ -115,6 +115,7 @@ class Engine:
         self.watermark_ns: int | None = None
         self.stats: Counter[str] = Counter()
         self._sticky = empty_findings()
+        self._det_cache: tuple[tuple[Any, ...], pl.DataFrame] | None = None
         self._progress_rows = 0
         descriptions = {r.id: (r.description or r.id) for r in self.pack.rules}
         xid_names = {code: e.description or e.mnemonic for code, e in self.pack.xid_catalog.items()}
@@ -185,14 +186,18 @@ class Engine:
             self.watermark_ns if self.watermark_ns is not None else self.max_time_ns)
         if wm is None or not self.detectors:
             return self._sticky
+        key = (wm, self.stats["findings"], self.stats["compacted"], self._sticky.height,
+               tuple(sorted((self.job_states or {}).items())))
+        if self._det_cache is not None and self._det_cache[0] == key:   # incidents() and reports share it
+            return self._det_cache[1]
         ctx = DetectContext(watermark_ns=wm, job_states=self.job_states, config=self.config)
         base = self.findings
         outs = [d.detect(base, self.windows, ctx) for d in self.detectors]
         outs = [o for o in (self._sticky, *outs) if o.height]
-        if not outs:
-            return empty_findings()
-        return pl.concat(outs).unique(["rule_id", "time", "host", "job_id", "message"], keep="first",
-                                      maintain_order=True)
+        det = empty_findings() if not outs else pl.concat(outs).unique(
+            ["rule_id", "time", "host", "job_id", "message"], keep="first", maintain_order=True)
+        self._det_cache = (key, det)
+        return det
 
     def compact(self, horizon_ns: int) -> int:
         """Bound memory: drop progress findings and windows older than ``horizon_ns``.
