@@ -22,7 +22,7 @@ from pathlib import Path
 
 
 def _replay_child(scenario_dir: str) -> None:
-    from recovery_logs.evaluate import EvalOptions, evaluate
+    from recovery_logs.analysis.evaluate import EvalOptions, evaluate
 
     t0 = time.perf_counter()
     rep = evaluate(scenario_dir, EvalOptions(max_errors=99))

@@ -87,7 +87,7 @@ def generate(out: Path, total_lines: int, seed: int = 7) -> list[Path]:
 
 
 def rule_patterns() -> list[str]:
-    from recovery_logs.rulepack import load_packs
+    from recovery_logs.detectors.rulepack import load_packs
 
     pack = load_packs()
     # the same rules as replay (benign/suppress rules drop lines, they do not find anything);
@@ -143,7 +143,7 @@ def bench_replay_child(paths: list[str]) -> dict:
     """Run replay in a child process; return its wall time, peak RSS and summary."""
     code = (
         "import json,resource,sys,time\n"
-        "from recovery_logs.pipeline import replay\n"
+        "from recovery_logs.pipeline.replay import replay\n"
         "t=time.perf_counter(); r=replay(sys.argv[1:]); el=time.perf_counter()-t\n"
         "print(json.dumps({'elapsed_s':el,'peak_rss_mb':resource.getrusage(resource.RUSAGE_SELF).ru_maxrss/1024,"
         "'events':r.summary['events'],'findings':r.summary['findings'],'incidents':r.summary['incidents']}))\n"

@@ -94,8 +94,8 @@ def main() -> int:
     os.environ["POLARS_MAX_THREADS"] = str(a.threads)
     import polars as pl
 
+    from recovery_logs.detectors.rulepack import load_packs
     from recovery_logs.detectors.rules import match
-    from recovery_logs.rulepack import load_packs
     from recovery_logs.schema import EVENT_SCHEMA, conform
 
     pack = load_packs()

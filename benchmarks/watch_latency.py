@@ -117,7 +117,7 @@ GENERATED: list = [None]
 
 def watcher(port: int, refresh: float, prefilter: bool = True, since_s: float | None = None, emit=None,
             duration_s: float | None = None, **kw):
-    from recovery_logs.watch import Watcher, WatchOptions
+    from recovery_logs.pipeline.watch import Watcher, WatchOptions
 
     opts = WatchOptions(sources=(f"victorialogs://127.0.0.1:{port}",), refresh_s=refresh, lateness_s=30.0,
                         catchup_s=5.0, tail_offset="1s", prefilter=prefilter, since_s=since_s,

@@ -29,7 +29,7 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 
-from recovery_logs.detectors.evaluation import (
+from recovery_logs.analysis.detector_eval import (
     _before_fault,
     evaluate_novel,
     inject_novel_fault,
@@ -37,8 +37,8 @@ from recovery_logs.detectors.evaluation import (
     training_frame,
     window_labels,
 )
+from recovery_logs.detectors.features import MODEL_FEATURES
 from recovery_logs.detectors.iforest import AnomalyDetector, WindowIsolationForest
-from recovery_logs.features import MODEL_FEATURES
 from recovery_logs.simulate import SimOptions, scenario_names, simulate
 
 TRAIN_SEEDS = (0, 1)

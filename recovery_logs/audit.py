@@ -36,7 +36,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import polars as pl
+
 from recovery_logs.errors import AuditChainBroken, AuditError
+from recovery_logs.frames import AUDIT_FRAME_SCHEMA, rows_frame
 from recovery_logs.timeutil import ns_to_iso
 
 GENESIS = "0" * 64
@@ -267,8 +270,6 @@ class AuditLog:
                 for r in recs:
                     fh.write(canonical_json(r.to_dict()) + "\n")
         elif fmt == "parquet":
-            import polars as pl
-
             df = pl.DataFrame(
                 {"id": [r.id for r in recs], "ts_ns": [r.ts_ns for r in recs], "kind": [r.kind for r in recs],
                  "incident_id": [r.incident_id for r in recs], "action_id": [r.action_id for r in recs],
@@ -287,9 +288,6 @@ class AuditLog:
 def audit_rows(records: list[AuditRecord]) -> list[dict[str, str]]:
     """Audit records as VictoriaLogs log lines (``unit=recovery-logs-audit``), so operators find
     every decision beside the logs that caused it. All values are strings, as the server stores them."""
-    import json as _json
-
-    from recovery_logs.timeutil import ns_to_iso
 
     rows = []
     for r in records:
@@ -301,7 +299,40 @@ def audit_rows(records: list[AuditRecord]) -> list[dict[str, str]]:
                      "action_id": r.action_id or "", "hash": r.hash,
                      "_msg": f"recovery-logs audit #{r.id} {r.kind}" + (f" {what}" if what else "")
                              + (f" incident {r.incident_id}" if r.incident_id else ""),
-                     "payload": _json.dumps(p, sort_keys=True, ensure_ascii=False, default=str)})
+                     "payload": json.dumps(p, sort_keys=True, ensure_ascii=False, default=str)})
     return rows
 
-__all__ = ["AuditLog", "AuditRecord", "DB_NAME", "GENESIS", "canonical_json", "default_state_dir", "record_hash"]
+
+def load_audit(state: str | Path | Any, kind: str | None = None) -> pl.DataFrame:
+    """Audit records (``AUDIT_FRAME_SCHEMA``) from a state dir, an ``audit.db`` or an ``AuditLog``.
+
+    ``action_kind``, ``target``, ``decision``, ``status``, ``by`` and ``reason`` are lifted from the
+    payload where present (``kind`` is the record kind: proposal, decision, approval, ...).
+    """
+    own = not isinstance(state, AuditLog)
+    if own:
+        p = Path(state)
+        db = p / DB_NAME if p.is_dir() else p
+        if not db.is_file():
+            raise AuditError("audit: no audit database here", path=str(db))
+        log = AuditLog(db)
+    else:
+        log = state
+    try:
+        recs = log.records(kind)
+    finally:
+        if own:
+            log.close()
+    rows = []
+    for r in recs:
+        p = r.payload
+        rows.append({"id": r.id, "time": r.ts_ns, "kind": r.kind, "incident_id": r.incident_id,
+                     "action_id": r.action_id or p.get("action_id"), "action_kind": p.get("kind"),
+                     "target": p.get("target"), "decision": p.get("decision"), "status": p.get("status"),
+                     "by": p.get("by"), "reason": p.get("reason") or p.get("message"),
+                     "payload": canonical_json(p)})
+    return rows_frame(rows, AUDIT_FRAME_SCHEMA)
+
+
+__all__ = ["AuditLog", "AuditRecord", "DB_NAME", "GENESIS", "audit_rows", "canonical_json", "default_state_dir",
+           "load_audit", "record_hash"]

@@ -14,6 +14,7 @@ import sys
 import typer
 from rich.console import Console
 
+import recovery_logs.commands as pkg
 from recovery_logs.errors import RecoveryLogsError
 
 app = typer.Typer(
@@ -31,8 +32,6 @@ def _root() -> None:
 
 
 def _register_commands() -> None:
-    import recovery_logs.commands as pkg
-
     for mod in sorted(pkgutil.iter_modules(pkg.__path__), key=lambda m: m.name):
         if mod.name.startswith("_"):
             continue

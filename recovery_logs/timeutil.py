@@ -8,6 +8,9 @@ import polars as pl
 
 from recovery_logs.schema import TIME
 
+NS = 1_000_000_000
+"""Nanoseconds per second (every time in the engine is integer ns since the epoch, UTC)."""
+
 _RFC3339_OK = r"^\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}:\d{2}(?:[.,]\d{1,9})?\s*(?:Z|z|[+-]\d{2}:?\d{2})?$"
 
 

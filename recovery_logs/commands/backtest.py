@@ -12,7 +12,7 @@ import typer
 
 
 def _gate(min_precision: float | None, min_incidents: int | None):
-    from recovery_logs.grading import PromotionGate
+    from recovery_logs.remediation.gate import PromotionGate
 
     if min_precision is None and min_incidents is None:
         return None
@@ -36,7 +36,7 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Replay history under a policy (never touches a cluster): proposals per rule and action,
         budget/breaker/cooldown hits, nodes drained at once, and how many proposals were right."""
-        from recovery_logs.backtest import BacktestOptions, run_backtest
+        from recovery_logs.analysis.backtest import BacktestOptions, run_backtest
         from recovery_logs.timeutil import parse_duration_s
 
         opts = BacktestOptions(spacing_s=parse_duration_s(spacing) if spacing else None, mode=mode,
@@ -62,8 +62,9 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Grade monitor-mode proposals from the audit trail (approvals, rejections) and later
         incidents; per-rule precision and which rules the promotion gate lets act alone."""
-        from recovery_logs.backtest import rows_with_iso_times
-        from recovery_logs.grading import PromotionGate, grading_from_state
+        from recovery_logs.analysis.backtest import rows_with_iso_times
+        from recovery_logs.analysis.selfgrade import grading_from_state
+        from recovery_logs.remediation.gate import PromotionGate
         from recovery_logs.timeutil import parse_duration_s
 
         gate = PromotionGate(min_precision, min_incidents)
@@ -76,6 +77,6 @@ def register(app: typer.Typer) -> None:
             return
         from rich.console import Console
 
-        from recovery_logs.grading import precision_renderable
+        from recovery_logs.report.terminal import precision_renderable
 
         Console(width=width, soft_wrap=False).print(precision_renderable(table, gate))

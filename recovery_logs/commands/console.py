@@ -17,7 +17,7 @@ def register(app: typer.Typer) -> None:
                 interval: Annotated[float, typer.Option("--interval", help="seconds between redraws")] = 2.0,
                 state_dir: Annotated[Path | None, typer.Option("--state-dir", help=STATE_DIR_HELP)] = None) -> None:
         """Live console; `a ID` approves, `r ID` rejects, `q` quits."""
-        from recovery_logs.console import Snapshot, render, run_console
+        from recovery_logs.report.console import Snapshot, render, run_console
 
         sd = _state_dir(state_dir)
         if once:

@@ -73,7 +73,7 @@ def register(app: typer.Typer) -> None:
         """Replay every scenario in DIRECTORY, score it against truth.json; exit 1 when a floor is missed."""
         from rich.console import Console
 
-        from recovery_logs.evaluate import EvalOptions, evaluate
+        from recovery_logs.analysis.evaluate import EvalOptions, evaluate
 
         opts = EvalOptions(input=input_kind, min_top1=min_top1, min_top3=min_top3, min_category=min_category,
                            max_innocent_drains=max_innocent_drains, max_latency_s=max_latency,
@@ -104,6 +104,6 @@ def register(app: typer.Typer) -> None:
                 Console(width=width).print(f"replayed {x['lines']:,d} lines in {x['replay_s']:.2f}s "
                                            f"({x['replay_lines_per_s']:,.0f} lines/s)")
         if report.missed:
-            from recovery_logs.evaluate import EvalFloorMissed
+            from recovery_logs.analysis.evaluate import EvalFloorMissed
 
             raise EvalFloorMissed("eval: floor missed: " + "; ".join(report.missed), directory=str(directory))

@@ -49,7 +49,7 @@ def register(app: typer.Typer) -> None:
         as_json: Annotated[bool, typer.Option("--json")] = False,
     ) -> None:
         """Fold incidents into the lemon state and print every node's state."""
-        from recovery_logs.detectors.lemon import LemonTracker
+        from recovery_logs.remediation.lemon import LemonTracker
 
         incs = [i for p in incidents for i in incidents_from_json(p)]
         _show(LemonTracker(state_dir).update(incs), as_json)
@@ -60,7 +60,7 @@ def register(app: typer.Typer) -> None:
         as_json: Annotated[bool, typer.Option("--json")] = False,
     ) -> None:
         """Print the persisted lemon states."""
-        from recovery_logs.detectors.lemon import LemonTracker
+        from recovery_logs.remediation.lemon import LemonTracker
 
         _show(LemonTracker(state_dir).states(), as_json)
 

@@ -34,7 +34,7 @@ def _emit(res, as_json: bool, width: int | None) -> None:
         return
     from rich.console import Console
 
-    from recovery_logs.render import terminal_report
+    from recovery_logs.report.terminal import terminal_report
 
     Console(width=width, soft_wrap=False).print(terminal_report(res))
     if res.outputs:
@@ -64,7 +64,7 @@ def register(app: typer.Typer) -> None:
         """Replay historical logs: ranked incidents with evidence and recorded (never executed) actions."""
         from recovery_logs.config import load_config
         from recovery_logs.errors import ConfigError
-        from recovery_logs.pipeline import ReplayOptions, replay
+        from recovery_logs.pipeline.replay import ReplayOptions, replay
 
         cfg = load_config(config)
         if rules_dir is not None:
@@ -78,7 +78,7 @@ def register(app: typer.Typer) -> None:
                 raise ConfigError("give either PATHs or --source, not both")
             if not (start and end):
                 raise ConfigError("--source needs --start and --end")
-            from recovery_logs.sources.tail import history_batches
+            from recovery_logs.sources.history import history_batches
             from recovery_logs.sources.victorialogs import parse_url
             from recovery_logs.timeutil import iso_to_ns
 
@@ -98,14 +98,10 @@ def register(app: typer.Typer) -> None:
         width: Annotated[int | None, typer.Option("--width")] = None,
     ) -> None:
         """Replay a bundled incident (default: an XID 79 that cascades into NCCL timeouts) and print the report."""
-        from recovery_logs.api import (
-            bundled_incident,
-            bundled_incident_names,
-            bundled_read_options,
-            load_truth,
-        )
+        from recovery_logs.analysis.truth import load_truth
+        from recovery_logs.api import bundled_incident, bundled_incident_names, bundled_read_options
         from recovery_logs.errors import ConfigError
-        from recovery_logs.pipeline import ReplayOptions, replay
+        from recovery_logs.pipeline.replay import ReplayOptions, replay
 
         names = bundled_incident_names()
         if list_:

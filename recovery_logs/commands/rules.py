@@ -21,7 +21,8 @@ def register(app: typer.Typer) -> None:
     @rules_app.command("check")
     def check(rules_dir: RulesDir = None) -> None:
         """Compile every pack and run every must_match / must_not_match example."""
-        from recovery_logs.rulepack import check_packs, default_rules_dir, load_packs
+        from recovery_logs.detectors.rulecheck import check_packs
+        from recovery_logs.detectors.rulepack import default_rules_dir, load_packs
 
         failures = check_packs(rules_dir)
         if failures:
@@ -40,7 +41,7 @@ def register(app: typer.Typer) -> None:
         as_json: Annotated[bool, typer.Option("--json", help="One JSON array of rules on stdout.")] = False,
     ) -> None:
         """List the rules in winning order (priority, then file and position)."""
-        from recovery_logs.rulepack import load_packs
+        from recovery_logs.detectors.rulepack import load_packs
 
         pack = load_packs(rules_dir)
         if as_json:
@@ -60,8 +61,8 @@ def register(app: typer.Typer) -> None:
         rules_dir: RulesDir = None,
     ) -> None:
         """Show which rule wins LINE and what it extracts."""
+        from recovery_logs.detectors.rulepack import load_packs
         from recovery_logs.detectors.rules import explain
-        from recovery_logs.rulepack import load_packs
 
         result = explain(line.replace("\\n", "\n"), load_packs(rules_dir))
         typer.echo(json.dumps(result, indent=2, ensure_ascii=False))

@@ -34,7 +34,7 @@ def register(app: typer.Typer) -> None:
     def status(as_json: Annotated[bool, typer.Option("--json", help="print JSON")] = False,
                state_dir: Annotated[Path | None, typer.Option("--state-dir", help=STATE_DIR_HELP)] = None) -> None:
         """Breaker, budget, dry-run count and actions by status (reads the state dir only)."""
-        from recovery_logs.console import Snapshot
+        from recovery_logs.report.console import Snapshot
 
         snap = Snapshot.load(_state_dir(state_dir))
         from recovery_logs.audit import AuditLog
@@ -62,9 +62,9 @@ def register(app: typer.Typer) -> None:
         (job runs from sacct; SLURM_CONF names the cluster)."""
         import time
 
+        from recovery_logs.analysis.ledger import action_times, incidents_from_audit, ledger
         from recovery_logs.audit import DB_NAME, AuditLog
         from recovery_logs.errors import AuditError
-        from recovery_logs.ledger import action_times, incidents_from_audit, ledger
         from recovery_logs.sources.slurm import SlurmClient
 
         path = _state_dir(state_dir) / DB_NAME

@@ -16,9 +16,9 @@ def train_model(data: list[Path], out: Path, seed: int = 0, contamination: float
                 features: list[str] | None = None, window: str = "60s", n_estimators: int = 200,
                 min_samples: int = 64, normal_only: bool = False) -> dict:
     """Library entry point behind the command: returns the sidecar written to ``out``."""
-    from recovery_logs.detectors.evaluation import training_frame
+    from recovery_logs.analysis.detector_eval import training_frame
+    from recovery_logs.detectors.features import MODEL_FEATURES, PIPELINE_FEATURES
     from recovery_logs.detectors.iforest import WindowIsolationForest
-    from recovery_logs.features import MODEL_FEATURES, PIPELINE_FEATURES
 
     feats = list(features) if features else list(MODEL_FEATURES)
     unknown = [f for f in feats if f not in PIPELINE_FEATURES]

@@ -92,7 +92,7 @@ def register(app: typer.Typer) -> None:
         """Follow live logs and report incidents within seconds (tail + catch-up, no loss)."""
         from recovery_logs.config import EngineConfig
         from recovery_logs.errors import ConfigError
-        from recovery_logs.watch import Watcher, WatchOptions
+        from recovery_logs.pipeline.watch import Watcher, WatchOptions
 
         if slurm and state_dir is None:   # the audit trail must live somewhere durable
             from recovery_logs.audit import default_state_dir
@@ -119,7 +119,7 @@ def register(app: typer.Typer) -> None:
         rem = _remediator(slurm, mode, state_dir, policy)
         try:
             if metrics_port is not None:
-                from recovery_logs.metrics import WatchMetrics
+                from recovery_logs.pipeline.metrics import WatchMetrics
 
                 metrics = WatchMetrics()
                 metrics.serve(metrics_port)

@@ -23,6 +23,8 @@ from typing import Protocol, runtime_checkable
 
 import polars as pl
 
+from recovery_logs.schema import FINDING_SCHEMA, conform, empty_findings
+
 
 @dataclass(frozen=True)
 class DetectContext:
@@ -58,7 +60,6 @@ def synthetic_findings(name: str, rows: list[dict]) -> pl.DataFrame:
     ``rank``, ``detail`` (dict, stored as sorted JSON), ``source``. Rows are returned sorted by
     (time, job_id, host, message) so the output never depends on dict/group iteration order.
     """
-    from recovery_logs.schema import FINDING_SCHEMA, conform, empty_findings
 
     if not rows:
         return empty_findings()

@@ -7,7 +7,7 @@ anomalous*; it is the negation of scikit-learn's ``IsolationForest.score_samples
 anomalous when ``s >= threshold_``, the ``1 - contamination`` quantile of the training scores.
 
 ``AnomalyDetector`` (the Detector protocol) scores complete windows of
-``recovery_logs.features.pipeline_features`` (findings + the windows frame's line counts) up to
+``recovery_logs.detectors.features.pipeline_features`` (findings + the windows frame's line counts) up to
 the watermark and emits category
 ``anomaly`` findings, action ``investigate`` — anomalies never drain a node on their own. By
 default only windows in which no rule fired are reported (role ``cause``: they can raise an
@@ -29,9 +29,9 @@ from sklearn.base import BaseEstimator
 from sklearn.ensemble import IsolationForest
 
 from recovery_logs.detectors.base import DetectContext, synthetic_findings, upto
+from recovery_logs.detectors.features import PIPELINE_FEATURES, pipeline_features, window_ns
+from recovery_logs.detectors.modelio import load_artifact, save_artifact
 from recovery_logs.errors import ModelError, TrainingDataError
-from recovery_logs.features import PIPELINE_FEATURES, pipeline_features, window_ns
-from recovery_logs.modelio import load_artifact, save_artifact
 from recovery_logs.schema import empty_findings
 from recovery_logs.timeutil import ns_to_iso
 

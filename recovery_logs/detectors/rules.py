@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import polars as pl
 
-from recovery_logs.rulepack import Rule, RulePack
+from recovery_logs.detectors.rulepack import Rule, RulePack
 from recovery_logs.schema import EVENT_SCHEMA, FINDING_EXTRA_SCHEMA, FINDING_SCHEMA, check_events, conform
 
 _META = ("rule_id", "rule_version", "category", "severity", "role", "action")
@@ -42,7 +42,7 @@ def winners(events: pl.DataFrame, pack: RulePack, prune_benign: bool = True) -> 
     """Which rule wins each event that any rule matches.
 
     Returns ``_row`` (index into ``events``), ``_u`` (index into the rule/pattern units),
-    ``_rule_id`` and ``message``. Used by :func:`match` and by ``rulepack.check_packs``.
+    ``_rule_id`` and ``message``. Used by :func:`match` and by ``rulecheck.check_packs``.
 
     With ``prune_benign`` (the runtime default) a line that contains only the literals of
     ``suppress`` rules is dropped at the prefilter: no finding-producing rule could win it, so

@@ -50,7 +50,7 @@ from recovery_logs.errors import PolicyError
 MODES = ("monitor", "approve", "autonomous")
 HOUR_S = 3600.0
 EXECUTABLE_KINDS = frozenset({"drain_node", "requeue_job", "cancel_job", "resume_node"})
-# promotion gate defaults (a `[promotion]` table without a key takes these; see recovery_logs.grading)
+# promotion gate defaults (a `[promotion]` table without a key takes these; see recovery_logs.remediation.grading)
 DEFAULT_PROMOTION_PRECISION = 0.9
 DEFAULT_PROMOTION_INCIDENTS = 20
 

@@ -30,6 +30,9 @@ from recovery_logs.audit import AuditLog
 from recovery_logs.errors import PolicyError, SlurmError, SlurmUnavailable, UnsafeTargetError
 from recovery_logs.model import ActionProposal, Incident
 from recovery_logs.remediation.executor import SlurmExecutor
+from recovery_logs.remediation.gate import PromotionGate, gate_verdict
+from recovery_logs.remediation.grading import grades_from_state
+from recovery_logs.remediation.lemon import LemonTracker
 from recovery_logs.remediation.policy import (
     EXECUTABLE_KINDS,
     ActionRequest,
@@ -221,7 +224,6 @@ class Remediator:
 
     def _update_lemons(self, incidents: Sequence[Incident]) -> None:
         """Remember failures per node across jobs (lemon-node scores live beside the audit DB)."""
-        from recovery_logs.detectors.lemon import LemonTracker
 
         named = [i for i in incidents if i.node]
         if named:
@@ -282,13 +284,11 @@ class Remediator:
 
     def _gate(self, v: Any, incident_id: str, now: float) -> Any:
         """Promotion gate: an autonomous action of a rule whose graded precision has not earned trust
-        waits for an operator instead (see recovery_logs.grading)."""
+        waits for an operator instead (see recovery_logs.remediation.gate)."""
         if self.config.promotion_min_precision is None or v.decision != "approved":
             return v
-        from recovery_logs.grading import PromotionGate, gate_verdict, grading_from_state
-
         if now - self._grades_at > GRADES_REFRESH_S:
-            self._grades = grading_from_state(Path(self.audit.path).parent)[0]
+            self._grades = grades_from_state(Path(self.audit.path).parent)
             self._grades_at = now
         gate = PromotionGate.from_policy(self.config)
         rule = self._rule_of.get(incident_id, f"incident:{incident_id}")

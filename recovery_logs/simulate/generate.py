@@ -25,6 +25,7 @@ from recovery_logs.simulate.background import ROW_SCHEMA, chunk_background
 from recovery_logs.simulate.cluster import NS, Cluster, make_cluster, stable_hash
 from recovery_logs.simulate.scenarios import JOB_SIDE, SCENARIOS, SLOW_SCENARIOS, Fault, Spec
 from recovery_logs.simulate.writer import TextSink, VLSink, add_noise, chunk_bounds
+from recovery_logs.sources.victorialogs import VictoriaLogsClient, parse_url
 from recovery_logs.timeutil import ns_to_iso
 
 FORMATS = ("text", "vl-jsonl", "both")
@@ -281,11 +282,6 @@ def simulate(opts: SimOptions, on_result: Callable[[SimResult], None] | None = N
 
 
 def _vl_pusher(url: str) -> Callable:
-    try:
-        from recovery_logs.sources.victorialogs import VictoriaLogsClient, parse_url
-    except ImportError as exc:   # pragma: no cover - the client ships with the package
-        raise ConfigError("simulate: --to needs the VictoriaLogs client (recovery_logs.sources.victorialogs)",
-                          option="--to") from exc
     client = VictoriaLogsClient(parse_url(url))
 
     def push(rows: list[dict[str, Any]]) -> None:

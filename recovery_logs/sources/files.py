@@ -48,6 +48,7 @@ from recovery_logs.sources.read_common import (
     empty_quarantine,
 )
 from recovery_logs.sources.read_text import DETECT_BYTES, TextParser
+from recovery_logs.timeutil import rfc3339_to_time_expr
 
 __all__ = ["DEFAULT_HOST_FIELDS", "Batch", "ReadOptions", "ReadResult", "TextParser", "detect_format",
            "events_from_vl_records", "expand_paths", "iter_batches", "read_paths"]
@@ -357,7 +358,6 @@ def _conform_parquet(df: pl.DataFrame, fp: Path) -> pl.DataFrame:
     t = df.schema["time"]
     if not isinstance(t, pl.Datetime):
         if t == pl.String:
-            from recovery_logs.timeutil import rfc3339_to_time_expr
             df = df.with_columns(time=rfc3339_to_time_expr(pl.col("time")))
         else:
             raise InputError("input: Parquet column 'time' is not a datetime", path=str(fp), dtype=str(t))

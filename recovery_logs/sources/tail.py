@@ -1,181 +1,40 @@
-"""Following live sources without loss: VictoriaLogs tail + catch-up, ``tail -F`` of files,
-deduplication with bounded memory, and the persisted watch cursor.
+"""Following VictoriaLogs live without loss: tail + catch-up + deduplication (:class:`VLFollower`).
 
-Contracts (see also ``recovery_logs.watch``):
-
-* :class:`VLFollower` — ``poll()`` blocks at most for one catch-up query (never, with
-  ``background_catchup``, where a thread runs them); it returns the
-  rows that are new since the last call (deduplicated by ``(_stream_id, _time ns, hash(_msg))``),
-  sorted by ``_time``. The live tail runs in a daemon thread and reconnects forever with
-  backoff (a reconnect replays ``start_offset``; the duplicates are dropped here). Because the
-  server's tail is lossy (5 s re-scan window, same/older timestamps per stream dropped, rows
-  lost around restarts), every ``catchup_s`` a ``/query`` over
-  ``[complete - lateness, now - offset]`` reads what the tail missed. ``complete_ns`` only
-  moves after a catch-up query finished (a cut stream is a failed read): it is the resume
-  point persisted in the cursor.
-* :class:`FileFollower` — ``poll()`` returns the bytes appended to each followed file since
-  the last call, only whole lines. New files matching a glob are picked up; a rotated file
-  (new inode at the path) is read to its end, then the new file from 0; a truncated file is
-  read again from 0. Offsets are persisted so a restart resumes where it stopped.
-* :class:`WatchCursor` — JSON in ``--state-dir``, written atomically (tmp + rename).
-* :func:`history_batches` — lossless paging of ``/query`` by time for replay.
+Contract (see also ``recovery_logs.pipeline.watch``): ``poll()`` blocks at most for one
+catch-up query (never, with ``background_catchup``, where a thread runs them); it returns the
+rows that are new since the last call (deduplicated by ``(_stream_id, _time ns, hash(_msg))``,
+see :mod:`recovery_logs.sources.rowkeys`), sorted by ``_time``. The live tail runs in a daemon
+thread and reconnects forever with backoff (a reconnect replays ``start_offset``; the
+duplicates are dropped here). Because the server's tail is lossy (5 s re-scan window,
+same/older timestamps per stream dropped, rows lost around restarts), every ``catchup_s`` a
+``/query`` over ``[complete - lateness, now - offset]`` reads what the tail missed.
+``complete_ns`` only moves after a catch-up query finished (a cut stream is a failed read): it
+is the resume point persisted in the watch cursor.
 """
 
 from __future__ import annotations
 
-import calendar
-import glob as _glob
-import hashlib
-import json
 import logging
-import os
 import queue
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Any
+from collections.abc import Callable, Sequence
 
-from recovery_logs.errors import ConfigError, InputError, VictoriaLogsError
+from recovery_logs.errors import VictoriaLogsError
+from recovery_logs.sources.rowkeys import Deduper, record_key
 from recovery_logs.sources.victorialogs import VictoriaLogsClient
+from recovery_logs.timeutil import NS, parse_duration_s
 
-__all__ = ["Deduper", "FileFollower", "VLFollower", "WatchCursor", "history_batches", "record_key",
-           "vl_time_ns"]
+__all__ = ["VLFollower"]
 
 log = logging.getLogger("recovery_logs.watch")
-NS = 1_000_000_000
 
 
-# --------------------------------------------------------------------------- time and keys
-_SEC_CACHE: dict[str, int] = {}
 
 
-def vl_time_ns(text: str) -> int:
-    """``2026-11-29T14:06:00.123456789Z`` (0-9 fraction digits, Z) -> integer ns. ValueError if not."""
-    head = text[:19]
-    sec = _SEC_CACHE.get(head)
-    if sec is None:
-        if len(text) < 20 or text[-1] not in "Zz" or text[4] != "-" or text[10] not in "Tt ":
-            raise ValueError(f"not a VictoriaLogs _time: {text!r}")
-        try:
-            sec = calendar.timegm((int(text[0:4]), int(text[5:7]), int(text[8:10]), int(text[11:13]),
-                                   int(text[14:16]), int(text[17:19]), 0, 0, 0))
-        except ValueError as exc:
-            raise ValueError(f"not a VictoriaLogs _time: {text!r}") from exc
-        if len(_SEC_CACHE) > 4096:
-            _SEC_CACHE.clear()
-        _SEC_CACHE[head] = sec
-    frac = text[20:-1] if len(text) > 20 and text[19] == "." else ""
-    if len(text) > 20 and text[19] != ".":
-        raise ValueError(f"not a VictoriaLogs _time: {text!r}")
-    if frac and (len(frac) > 9 or not frac.isdigit()):
-        raise ValueError(f"not a VictoriaLogs _time: {text!r}")
-    return sec * NS + (int(frac.ljust(9, "0")) if frac else 0)
 
 
-def record_key(row: dict[str, str]) -> tuple[str, int, bytes]:
-    """Identity of a row: (stream id, _time ns, 8-byte hash of _msg). Time -1 when unparseable."""
-    sid = row.get("_stream_id") or row.get("_stream") or ""
-    try:
-        t = vl_time_ns(row.get("_time", ""))
-    except ValueError:
-        t = -1
-    h = hashlib.blake2b(row.get("_msg", "").encode("utf-8", "replace"), digest_size=8).digest()
-    return (sid, t, h)
-
-
-class Deduper:
-    """Remembers row keys in one-second buckets. ``evict_before(t)`` forgets keys older than
-    ``t``; above ``max_keys`` the oldest buckets are dropped (counted in ``forced``), so memory
-    is bounded whatever the input."""
-
-    def __init__(self, max_keys: int = 2_000_000, bucket_ns: int = NS) -> None:
-        self.max_keys = max_keys
-        self.bucket_ns = bucket_ns
-        self._buckets: dict[int, set[tuple[str, int, bytes]]] = {}
-        self._size = 0
-        self.forced = 0
-
-    def __len__(self) -> int:
-        return self._size
-
-    def add(self, key: tuple[str, int, bytes]) -> bool:
-        """True if the key is new (and remembers it), False for a duplicate."""
-        b = key[1] // self.bucket_ns
-        bucket = self._buckets.get(b)
-        if bucket is None:
-            bucket = self._buckets[b] = set()
-        elif key in bucket:
-            return False
-        bucket.add(key)
-        self._size += 1
-        if self._size > self.max_keys:
-            oldest = min(self._buckets)
-            self._size -= len(self._buckets.pop(oldest))
-            self.forced += 1
-        return True
-
-    def evict_before(self, t_ns: int) -> int:
-        limit = t_ns // self.bucket_ns
-        old = [b for b in self._buckets if b < limit]
-        n = 0
-        for b in old:
-            n += len(self._buckets.pop(b))
-        self._size -= n
-        return n
-
-
-# --------------------------------------------------------------------------- cursor
-@dataclass
-class WatchCursor:
-    """Persisted watch state: the VictoriaLogs resume point, file offsets, and the incidents
-    already reported (id -> last printed version) so a restart never re-reports them."""
-
-    path: Path | None
-    complete_ns: int | None = None
-    files: dict[str, dict[str, int]] = field(default_factory=dict)
-    reported: dict[str, dict[str, Any]] = field(default_factory=dict)
-    max_reported: int = 20_000
-
-    @classmethod
-    def load(cls, state_dir: Path | None, name: str) -> WatchCursor:
-        if state_dir is None:
-            return cls(None)
-        try:
-            Path(state_dir).mkdir(parents=True, exist_ok=True)
-        except OSError as exc:
-            raise ConfigError(f"state directory cannot be created: {exc}", path=str(state_dir)) from exc
-        path = Path(state_dir) / f"watch-{name}.json"
-        if not path.exists():
-            return cls(path)
-        try:
-            doc = json.loads(path.read_text(encoding="utf-8"))
-        except (OSError, ValueError) as exc:
-            raise InputError(f"watch cursor is unreadable: {exc}", path=str(path)) from exc
-        return cls(path, doc.get("complete_ns"), doc.get("files", {}), doc.get("reported", {}))
-
-    def save(self) -> None:
-        if self.path is None:
-            return
-        if len(self.reported) > self.max_reported:   # bounded: keep the most recently seen
-            keep = sorted(self.reported.items(), key=lambda kv: kv[1].get("last_seen", 0))[-self.max_reported:]
-            self.reported = dict(keep)
-        doc = {"version": 1, "complete_ns": self.complete_ns, "files": self.files, "reported": self.reported}
-        tmp = self.path.with_suffix(".tmp")
-        try:
-            tmp.write_text(json.dumps(doc, sort_keys=True), encoding="utf-8")
-            os.replace(tmp, self.path)
-        except OSError as exc:
-            raise ConfigError(f"watch cursor cannot be written: {exc}", path=str(self.path)) from exc
-
-
-def cursor_name(sources: Sequence[str], query: str | None) -> str:
-    return hashlib.sha256(json.dumps([sorted(sources), query or ""]).encode()).hexdigest()[:16]
-
-
-# --------------------------------------------------------------------------- VictoriaLogs
 class VLFollower:
     """Live tail + catch-up queries + deduplication over one VictoriaLogs query."""
 
@@ -186,8 +45,6 @@ class VLFollower:
                  reconnect_backoff_s: float = 0.5, reconnect_max_s: float = 10.0, use_tail: bool = True,
                  tail_client: VictoriaLogsClient | None = None, background_catchup: bool = False,
                  max_window_s: float = 300.0) -> None:
-        from recovery_logs.timeutil import parse_duration_s
-
         self.client = client
         self.tail_client = tail_client or VictoriaLogsClient(client.base_url, connect_timeout=client.connect_timeout,
                                                              retries=0, tail_idle_timeout=None)
@@ -355,164 +212,7 @@ class VLFollower:
         return None if self.complete_ns is None else max(0.0, (now - self.complete_ns) / NS)
 
 
-# --------------------------------------------------------------------------- history paging
-def history_rows(client: VictoriaLogsClient, query: str, start_ns: int, end_ns: int,
-                 page_size: int = 50_000, fields: Sequence[str] | None = None) -> Iterator[list[dict[str, str]]]:
-    """Pages of rows over ``[start_ns, end_ns]`` in ``_time`` order, each row exactly once.
-
-    Each page is ``{query} | sort by (_time) | limit N`` from the last page's last timestamp
-    (inclusive); rows at that timestamp already returned are skipped by key. A page made only
-    of one timestamp is completed by reading that single timestamp without a limit.
-    """
-    if page_size < 1:
-        raise ConfigError("page_size must be >= 1", value=page_size)
-    proj = f" | fields {', '.join(fields)}" if fields else ""
-    cur = start_ns
-    seen_at_cur: set[tuple[str, int, bytes]] = set()
-    while cur <= end_ns:
-        rows = list(client.query(f"{query}{proj} | sort by (_time) | limit {page_size}", start=cur, end=end_ns))
-        keyed = [(record_key(r), r) for r in rows]
-        fresh = [(k, r) for k, r in keyed if k not in seen_at_cur]
-        if len(rows) < page_size:
-            if fresh:
-                yield [r for _, r in fresh]
-            return
-        last_t = keyed[-1][0][1]
-        if keyed[0][0][1] == last_t:   # the whole page is one timestamp: read it whole, move past it
-            whole = list(client.query(f"{query}{proj}", start=last_t, end=last_t))
-            extra = [r for r in whole if record_key(r) not in seen_at_cur]
-            if extra:
-                yield extra
-            cur, seen_at_cur = last_t + 1, set()
-            continue
-        if fresh:
-            yield [r for _, r in fresh]
-        seen_at_cur = {k for k, _ in keyed if k[1] == last_t}   # last_t > cur here: a page spans >1 time
-        cur = last_t
 
 
-def history_batches(base_url: str, query: str, start_ns: int, end_ns: int, opts: Any = None,
-                    page_size: int = 50_000, client: VictoriaLogsClient | None = None) -> Iterator[Any]:
-    """``replay --source victorialogs://...``: Batches (sources.files.Batch) over a time range,
-    read losslessly by paging ``/query`` in ``_time`` order."""
-    from recovery_logs.sources.files import ReadOptions, events_from_vl_records
-    from recovery_logs.sources.formats import vl_columns
-
-    opts = opts or ReadOptions()
-    c = client or VictoriaLogsClient(base_url)
-    fields = list(vl_columns(tuple(getattr(opts, "host_fields", ("host", "hostname", "host.name", "_HOSTNAME")))))
-    seq = 0
-    for rows in history_rows(c, query, start_ns, end_ns, page_size, fields):
-        batch = events_from_vl_records(rows, opts, seq_start=seq, file=f"victorialogs:{c.base_url}")
-        if seq:   # `line` is the row's position in the whole read, as in one big export
-            batch.events = batch.events.with_columns(line=batch.events["line"] + seq)
-            if batch.quarantine.height:
-                batch.quarantine = batch.quarantine.with_columns(line=batch.quarantine["line"] + seq)
-        seq += len(rows)
-        yield batch
 
 
-# --------------------------------------------------------------------------- files
-@dataclass
-class _Followed:
-    path: str
-    fh: Any
-    dev: int
-    ino: int
-    offset: int
-    partial: bytes = b""
-
-
-class FileFollower:
-    """``tail -F`` over paths and globs; only whole lines are returned."""
-
-    def __init__(self, patterns: Sequence[str], offsets: dict[str, dict[str, int]] | None = None,
-                 from_start: bool = True, read_max: int = 8 << 20) -> None:
-        self.patterns = list(patterns)
-        self.offsets = offsets if offsets is not None else {}
-        self.from_start = from_start
-        self.read_max = read_max
-        self.files: dict[str, _Followed] = {}
-        self.stats: Counter[str] = Counter()
-
-    def _expand(self) -> list[str]:
-        out: list[str] = []
-        for pat in self.patterns:
-            hits = sorted(_glob.glob(pat)) if _glob.has_magic(pat) else [pat]
-            out.extend(h for h in hits if h not in out)
-        return out
-
-    def _open(self, path: str, resume: bool) -> _Followed | None:
-        try:
-            fh = open(path, "rb")  # noqa: SIM115 - kept open while followed
-        except FileNotFoundError:
-            return None
-        except OSError as exc:
-            raise InputError(f"cannot open followed file: {exc}", path=path) from exc
-        st = os.fstat(fh.fileno())
-        off = 0
-        saved = self.offsets.get(path)
-        if resume and saved and saved.get("dev") == st.st_dev and saved.get("ino") == st.st_ino \
-                and saved.get("offset", 0) <= st.st_size:
-            off = int(saved["offset"])
-        elif resume and not self.from_start:
-            off = st.st_size
-        fh.seek(off)
-        return _Followed(path, fh, st.st_dev, st.st_ino, off)
-
-    def _read(self, f: _Followed) -> bytes:
-        data = f.fh.read(self.read_max)
-        if not data:
-            return b""
-        f.offset += len(data)
-        buf = f.partial + data
-        cut = buf.rfind(b"\n") + 1
-        f.partial = buf[cut:]
-        self.offsets[f.path] = {"dev": f.dev, "ino": f.ino, "offset": f.offset - len(f.partial)}
-        self.stats["bytes"] += cut
-        return buf[:cut]
-
-    def poll(self) -> list[tuple[str, bytes, bool]]:
-        """``(path, whole lines, restarted)`` per file with new data; ``restarted`` is True when
-        the file was rotated or truncated (a new parser should start)."""
-        out: list[tuple[str, bytes, bool]] = []
-        for path in self._expand():
-            f = self.files.get(path)
-            if f is None:
-                f = self._open(path, resume=True)
-                if f is None:
-                    continue
-                self.files[path] = f
-                restarted = True
-            else:
-                restarted = False
-            try:
-                st = os.stat(path)
-            except FileNotFoundError:
-                st = None
-            if st is not None and (st.st_ino != f.ino or st.st_dev != f.dev):
-                tail = self._read(f) + f.partial       # rotated: finish the old file first
-                if tail:
-                    out.append((path, tail if tail.endswith(b"\n") else tail + b"\n", restarted))
-                f.fh.close()
-                self.stats["rotations"] += 1
-                nf = self._open(path, resume=False)
-                if nf is None:
-                    del self.files[path]
-                    continue
-                f = self.files[path] = nf
-                restarted = True
-            elif st is not None and st.st_size < f.offset:
-                self.stats["truncations"] += 1
-                f.fh.seek(0)
-                f.offset, f.partial = 0, b""
-                restarted = True
-            data = self._read(f)
-            if data or restarted:
-                out.append((path, data, restarted))
-        return out
-
-    def close(self) -> None:
-        for f in self.files.values():
-            f.fh.close()
-        self.files.clear()

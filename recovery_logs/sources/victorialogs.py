@@ -35,7 +35,7 @@ import requests
 from recovery_logs.errors import ConfigError, VictoriaLogsError
 from recovery_logs.timeutil import ns_to_iso
 
-__all__ = ["ABORT_MARKER", "VictoriaLogsClient", "format_time_param", "history_batches", "parse_url"]
+__all__ = ["ABORT_MARKER", "VictoriaLogsClient", "format_time_param", "parse_url"]
 
 ABORT_MARKER = "the connection has been aborted"
 _QUERY_PATH = "/select/logsql/query"
@@ -335,10 +335,3 @@ def _shutdown_socket(resp: requests.Response) -> None:
             return
 
 
-def history_batches(base_url: str, query: str, start_ns: int, end_ns: int, opts: Any = None,
-                    page_size: int = 50_000) -> Iterator[Any]:
-    """``replay --source victorialogs://... --start --end``: event Batches over a time range,
-    read losslessly by paging ``/query`` in ``_time`` order (see ``sources.tail.history_batches``)."""
-    from recovery_logs.sources.tail import history_batches as _hb
-
-    return _hb(parse_url(base_url), query, start_ns, end_ns, opts, page_size)

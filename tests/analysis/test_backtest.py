@@ -10,9 +10,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from recovery_logs.backtest import BacktestOptions, Case, backtest, grade_against_truth, load_cases
+from recovery_logs.analysis.backtest import BacktestOptions, Case, backtest, grade_against_truth, load_cases
 from recovery_logs.errors import ConfigError, InputError
-from recovery_logs.grading import PromotionGate
+from recovery_logs.remediation.gate import PromotionGate
 from recovery_logs.remediation.policy import PolicyConfig
 from recovery_logs.timeutil import ns_to_iso
 
@@ -131,7 +131,7 @@ def history(tmp_path_factory) -> tuple[list[Case], Path]:
 def test_bundled_plus_simulated_history_budget_of_one_per_hour(history):
     """8 cases laid 5 minutes apart fit in one hour: a budget of 1 per hour runs exactly one action
     and denies every other executable proposal."""
-    from recovery_logs.api import actions_frame
+    from recovery_logs.frames import actions_frame
 
     cases, _sim = history
     assert len(cases) == 8 and all(c.truth is not None for c in cases)
@@ -169,8 +169,8 @@ def test_backtest_cli_json(history, tmp_path):
 
 
 def test_policy_promotion_table_becomes_the_gate(tmp_path):
+    from recovery_logs.analysis.backtest import run_backtest
     from recovery_logs.api import bundled_incident
-    from recovery_logs.backtest import run_backtest
 
     pol = _policy_file(tmp_path, 100)
     pol.write_text(pol.read_text() + "[promotion]\nmin_precision = 0.9\nmin_incidents = 50\n", encoding="utf-8")
@@ -181,7 +181,7 @@ def test_policy_promotion_table_becomes_the_gate(tmp_path):
 
 
 def test_bad_inputs_name_what_is_wrong(tmp_path):
-    from recovery_logs.backtest import run_backtest
+    from recovery_logs.analysis.backtest import run_backtest
 
     with pytest.raises(InputError, match="does not exist"):
         load_cases([tmp_path / "nope"])

@@ -7,12 +7,11 @@ import pytest
 
 from recovery_logs.audit import AuditLog
 from recovery_logs.errors import ConfigError
-from recovery_logs.grading import (
+from recovery_logs.remediation.gate import PromotionGate, gate_verdict
+from recovery_logs.remediation.grading import (
     GRADE_SCHEMA,
     OUTCOME_SCHEMA,
     PRECISION_SCHEMA,
-    PromotionGate,
-    gate_verdict,
     grade_proposals,
     outcomes_from_audit,
     outcomes_from_jobs,
@@ -126,7 +125,7 @@ def test_gate_verdict_holds_unpromoted_rules_only():
 
 
 def test_outcomes_from_jobs():
-    from recovery_logs.api import jobs_frame
+    from recovery_logs.frames import jobs_frame
     from recovery_logs.sources.slurm import JobRecord
 
     jobs = jobs_frame([JobRecord("1", "a", "COMPLETED", ("n1", "n2"), 16, T0, T0 + 3600 * S),
@@ -152,7 +151,7 @@ def test_grading_from_a_real_audit_trail(tmp_path):
     log.append("rejection", {"action_id": "act-2", "by": "bob", "reason": "job is fine"}, incident_id="inc-1",
                action_id="act-2")
     log.close()
-    from recovery_logs.api import load_audit
+    from recovery_logs.audit import load_audit
 
     audit = load_audit(tmp_path)
     props = proposals_from_audit(audit)
@@ -164,7 +163,7 @@ def test_grading_from_a_real_audit_trail(tmp_path):
     p = rule_precision(grade_proposals(props, outs))
     assert p.select("root_rule", "right", "wrong", "graded_incidents", "precision").rows() == [
         ("xid.79", 1, 1, 1, 0.5)]
-    from recovery_logs.grading import grading_from_state
+    from recovery_logs.analysis.selfgrade import grading_from_state
 
     grades, table = grading_from_state(tmp_path, gate=PromotionGate(0.5, 1))
     assert table.select("root_rule", "promoted").rows() == [("xid.79", True)]

@@ -9,7 +9,7 @@ import polars as pl
 import pytest
 
 import recovery_logs.api as rl
-from recovery_logs.report_html import timeline_figure, write_html_report
+from recovery_logs.report.html import timeline_figure, write_html_report
 
 PNG = b"\x89PNG\r\n\x1a\n"
 
@@ -35,7 +35,8 @@ def test_html_report_is_written_with_the_plot(xid79, tmp_path):
 
 
 def test_html_report_with_grades(xid79, tmp_path):
-    from recovery_logs.grading import PromotionGate, grade_proposals
+    from recovery_logs.remediation.gate import PromotionGate
+    from recovery_logs.remediation.grading import grade_proposals
 
     acts = rl.actions_frame(xid79)
     outcomes = pl.DataFrame(schema={"time": acts.schema["time"], "kind": pl.String, "target": pl.String,

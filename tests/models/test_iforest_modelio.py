@@ -14,10 +14,10 @@ from sklearn.preprocessing import FunctionTransformer
 from recovery_logs.cli import main as cli_main
 from recovery_logs.detectors import synth
 from recovery_logs.detectors.base import DetectContext
+from recovery_logs.detectors.features import MODEL_FEATURES, finding_features, pipeline_features
 from recovery_logs.detectors.iforest import AnomalyDetector, WindowIsolationForest
+from recovery_logs.detectors.modelio import MODEL_FILE, SIDECAR_FILE, load_artifact, save_artifact
 from recovery_logs.errors import ModelError, TrainingDataError
-from recovery_logs.features import MODEL_FEATURES, finding_features, pipeline_features
-from recovery_logs.modelio import MODEL_FILE, SIDECAR_FILE, load_artifact, save_artifact
 from recovery_logs.schema import FINDING_SCHEMA
 
 NS = 1_000_000_000

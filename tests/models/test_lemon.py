@@ -8,9 +8,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from recovery_logs.detectors.lemon import STATES, LemonTracker
 from recovery_logs.errors import InputError
 from recovery_logs.model import Incident
+from recovery_logs.remediation.lemon import STATES, LemonTracker
 
 DAY = 86_400 * 1_000_000_000
 T = 1_795_000_000 * 1_000_000_000

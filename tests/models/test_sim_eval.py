@@ -5,16 +5,16 @@ from __future__ import annotations
 import polars as pl
 import pytest
 
-from recovery_logs.detectors.base import DetectContext
-from recovery_logs.detectors.evaluation import (
+from recovery_logs.analysis.detector_eval import (
     evaluate,
     evaluate_novel,
     inject_novel_fault,
     replay_rules,
     training_frame,
 )
+from recovery_logs.detectors.base import DetectContext
+from recovery_logs.detectors.features import MODEL_FEATURES, PIPELINE_FEATURES
 from recovery_logs.detectors.iforest import AnomalyDetector, WindowIsolationForest, default_models_dir
-from recovery_logs.features import MODEL_FEATURES, PIPELINE_FEATURES
 from recovery_logs.simulate import SimOptions, simulate
 
 SCENARIOS = "silent_hang,straggler_node,workload_imbalance,healthy"

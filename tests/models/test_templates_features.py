@@ -9,9 +9,7 @@ from hypothesis import strategies as st
 from polars.testing import assert_frame_equal
 
 from recovery_logs.detectors import synth
-from recovery_logs.detectors.templates import TemplateMiner, mine
-from recovery_logs.errors import ConfigError
-from recovery_logs.features import (
+from recovery_logs.detectors.features import (
     FINDING_FEATURES,
     PIPELINE_FEATURES,
     finding_features,
@@ -19,6 +17,8 @@ from recovery_logs.features import (
     pipeline_features,
     window_features,
 )
+from recovery_logs.detectors.templates import TemplateMiner, mine
+from recovery_logs.errors import ConfigError
 from recovery_logs.schema import TIME
 
 NS = 1_000_000_000

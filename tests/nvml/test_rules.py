@@ -9,10 +9,9 @@ import polars as pl
 import pynvml
 import pytest
 
+from recovery_logs.detectors import rulecheck, rulepack
+from recovery_logs.detectors import rules as rules_matcher
 from recovery_logs.sources.nvml import NvmlAgent
-
-rulepack = pytest.importorskip("recovery_logs.rulepack")
-rules_matcher = pytest.importorskip("recovery_logs.detectors.rules")
 
 RULES = Path(__file__).resolve().parents[2] / "rules"
 
@@ -26,7 +25,7 @@ def pack(request, tmp_path_factory):
     d = tmp_path_factory.mktemp("rules")
     for name in ("xid_catalog.toml", "nvml.toml"):
         shutil.copy(RULES / name, d / name)
-    assert rulepack.check_packs(d) == []
+    assert rulecheck.check_packs(d) == []
     return rulepack.load_packs(d)
 
 

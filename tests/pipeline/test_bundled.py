@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from recovery_logs.pipeline import ReplayOptions, replay
-from recovery_logs.render import markdown_report
+from recovery_logs.pipeline.replay import ReplayOptions, replay
+from recovery_logs.report.terminal import markdown_report
 from recovery_logs.sources.files import ReadOptions
 from recovery_logs.timeutil import iso_to_ns
 

@@ -9,7 +9,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from recovery_logs.pipeline import Engine, ReplayOptions, replay
+from recovery_logs.pipeline.engine import Engine
+from recovery_logs.pipeline.replay import ReplayOptions, replay
 from recovery_logs.sources.files import read_paths
 from recovery_logs.testing import split_frame
 

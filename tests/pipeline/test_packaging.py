@@ -34,7 +34,7 @@ def test_wheel_ships_rules_models_and_incidents(wheel):
 def test_installed_copy_runs_the_demo_from_packaged_data(wheel, tmp_path):
     site = tmp_path / "site"
     zipfile.ZipFile(wheel).extractall(site)
-    code = ("from recovery_logs.rulepack import default_rules_dir, load_packs\n"
+    code = ("from recovery_logs.detectors.rulepack import default_rules_dir, load_packs\n"
             "d = default_rules_dir(); assert d.name == '_rules', d\n"
             "assert len(load_packs().rules) > 50\n"
             "from recovery_logs.cli import main\n"

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from recovery_logs.pipeline import ReplayOptions, replay
+from recovery_logs.pipeline.replay import ReplayOptions, replay
 from recovery_logs.sources.files import ReadOptions
 
 

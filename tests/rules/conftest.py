@@ -6,7 +6,7 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from recovery_logs.rulepack import RulePack, default_rules_dir, load_packs
+from recovery_logs.detectors.rulepack import RulePack, default_rules_dir, load_packs
 from recovery_logs.schema import EVENT_SCHEMA, conform
 
 

@@ -8,8 +8,8 @@ from pathlib import Path
 import polars as pl
 import pytest
 
+from recovery_logs.detectors.rulepack import load_packs
 from recovery_logs.detectors.rules import match
-from recovery_logs.rulepack import load_packs
 from recovery_logs.schema import FINDING_SCHEMA, check_findings
 
 DATASET = Path(__file__).resolve().parents[1] / "fixtures" / "victorialogs" / "dataset_small.jsonl"

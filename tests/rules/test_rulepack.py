@@ -9,8 +9,9 @@ from pathlib import Path
 import pytest
 
 from recovery_logs.cli import main
+from recovery_logs.detectors.rulecheck import check_packs
+from recovery_logs.detectors.rulepack import default_rules_dir, load_packs
 from recovery_logs.errors import RulePackError
-from recovery_logs.rulepack import check_packs, default_rules_dir, load_packs
 
 CATALOG_MD = Path(__file__).resolve().parents[2] / "docs" / "reference" / "xid_catalog.md"
 REPO = Path(__file__).resolve().parents[2]

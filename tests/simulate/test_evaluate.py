@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
+from recovery_logs.analysis.evaluate import EvalOptions, evaluate, score
 from recovery_logs.cli import main
 from recovery_logs.errors import ConfigError, InputError
-from recovery_logs.evaluate import EvalOptions, evaluate, score
 from recovery_logs.simulate import SimOptions, scenario_names, simulate
 
 TRUTH = {"scenario": "x", "fault_kind": "xid79_cascade", "category": "xid", "culprit_node": "n2", "culprit_gpu": 3,
@@ -193,7 +193,7 @@ def test_cli_eval_json_and_exit_codes(tmp_path: Path, capsys) -> None:
 
 
 def test_scenario_inputs_choose_text_or_victorialogs(tmp_path: Path) -> None:
-    from recovery_logs.evaluate import scenario_inputs
+    from recovery_logs.analysis.evaluate import scenario_inputs
 
     d = tmp_path / "s"
     (d / "job-7").mkdir(parents=True)

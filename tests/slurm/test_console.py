@@ -6,8 +6,8 @@ import json
 import os
 from pathlib import Path
 
-from recovery_logs.console import Snapshot, render
 from recovery_logs.remediation.remediator import Remediator
+from recovery_logs.report.console import Snapshot, render
 
 GOLDEN = Path(__file__).parent / "golden" / "console_once_w100.txt"
 
@@ -81,7 +81,7 @@ def test_interactive_console_rejects_from_the_prompt(tmp_path: Path, incident, c
 
     from rich.console import Console
 
-    from recovery_logs.console import run_console
+    from recovery_logs.report.console import run_console
 
     sd = _state(tmp_path, incident, clock)
     target = Snapshot.load(sd).pending[0].action_id

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
+from recovery_logs.analysis.ledger import ettr, incident_figures, ledger
 from recovery_logs.errors import SlurmError, UnsafeTargetError
-from recovery_logs.ledger import ettr, incident_figures, ledger
 from recovery_logs.remediation.executor import drain_reason, validate_job_id, validate_node, validate_reason
 from recovery_logs.sources.slurm import (
     JobRecord,

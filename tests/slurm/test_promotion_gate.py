@@ -55,7 +55,7 @@ def test_promotion_keys_are_validated(tmp_path):
 
 
 def test_a_promotion_table_turns_the_gate_on_with_defaults(tmp_path):
-    from recovery_logs.grading import PromotionGate
+    from recovery_logs.remediation.gate import PromotionGate
 
     pol = tmp_path / "policy.toml"
     pol.write_text("[promotion]\nmin_incidents = 5\n")

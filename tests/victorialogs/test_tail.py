@@ -12,15 +12,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from recovery_logs.sources.tail import (
-    Deduper,
-    FileFollower,
-    VLFollower,
-    WatchCursor,
-    history_rows,
-    record_key,
-    vl_time_ns,
-)
+from recovery_logs.pipeline.cursor import WatchCursor
+from recovery_logs.sources.follow import FileFollower
+from recovery_logs.sources.history import history_rows
+from recovery_logs.sources.rowkeys import Deduper, record_key, vl_time_ns
+from recovery_logs.sources.tail import VLFollower
 from recovery_logs.sources.victorialogs import VictoriaLogsClient
 from recovery_logs.timeutil import iso_to_ns
 

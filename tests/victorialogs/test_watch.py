@@ -16,10 +16,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from recovery_logs.config import EngineConfig
-from recovery_logs.pipeline import Engine
+from recovery_logs.pipeline.engine import Engine
+from recovery_logs.pipeline.watch import Watcher, WatchOptions, compose_query, parse_sources
 from recovery_logs.sources.files import ReadOptions, events_from_vl_records
-from recovery_logs.sources.tail import vl_time_ns
-from recovery_logs.watch import Watcher, WatchOptions, compose_query, parse_sources
+from recovery_logs.sources.rowkeys import vl_time_ns
 
 vlserver = sys.modules["recovery_logs_tests_vlserver"]
 NS = 1_000_000_000
@@ -145,7 +145,7 @@ def test_restart_resumes_without_gap_or_rereport(empty_vls, tmp_path):
 
 
 def test_export_incidents_and_metrics(empty_vls):
-    from recovery_logs.metrics import WatchMetrics
+    from recovery_logs.pipeline.metrics import WatchMetrics
 
     empty_vls.ingest(dataset(time.time_ns() - 3 * NS))
     m = WatchMetrics()
@@ -202,11 +202,12 @@ def test_replay_equals_watch_over_any_split(cuts):
 def test_history_batches_for_replay(vls):
     """replay --source victorialogs:// reads history as Batches: all 50 rows once, in time
     order, `line` numbered across pages, nanoseconds kept."""
-    from recovery_logs.sources.victorialogs import history_batches
+    from recovery_logs.sources.history import history_batches
+    from recovery_logs.sources.victorialogs import parse_url
     from recovery_logs.timeutil import iso_to_ns
 
     start, end = iso_to_ns("2026-11-29T14:00:00Z"), iso_to_ns("2026-11-29T14:20:00Z")
-    batches = list(history_batches(vls.url, "*", start, end, ReadOptions(), page_size=7))
+    batches = list(history_batches(parse_url(vls.url), "*", start, end, ReadOptions(), page_size=7))
     assert len(batches) >= 7
     import polars as pl
     ev = pl.concat([b.events for b in batches])

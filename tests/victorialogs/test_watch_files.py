@@ -7,7 +7,7 @@ import os
 import time
 
 from recovery_logs.cli import main
-from recovery_logs.watch import Watcher, WatchOptions
+from recovery_logs.pipeline.watch import Watcher, WatchOptions
 
 
 def _syslog(host: str, msg: str, t: float | None = None) -> str:

@@ -18,10 +18,23 @@ import base64
 import html
 import io
 from collections.abc import Sequence
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import polars as pl
+
+from recovery_logs.errors import ConfigError
+from recovery_logs.frames import (
+    actions_frame,
+    candidates_frame,
+    evidence_frame,
+    incident_dicts,
+    incidents_frame,
+)
+from recovery_logs.remediation.gate import PromotionGate
+from recovery_logs.remediation.grading import rule_precision
+from recovery_logs.timeutil import iso_to_ns
 
 __all__ = ["ROLE_STYLE", "figure_png_base64", "html_report", "timeline_figure", "write_html_report"]
 
@@ -47,9 +60,6 @@ def timeline_figure(findings: pl.DataFrame, incidents: Sequence[Any] = (), *, ti
     import matplotlib.dates as mdates
     from matplotlib.figure import Figure
 
-    from recovery_logs.api import incident_dicts
-    from recovery_logs.timeutil import iso_to_ns
-
     f = findings.filter(pl.col("host").is_not_null() & pl.col("time").is_not_null())
     hosts = sorted(f["host"].unique().to_list())
     incs = incident_dicts(list(incidents)) if incidents else []
@@ -67,7 +77,6 @@ def timeline_figure(findings: pl.DataFrame, incidents: Sequence[Any] = (), *, ti
         ys = [y[h] for h in part["host"].to_list()]
         ax.scatter(xs, ys, marker=marker, c=colour, s=size, zorder=z, label=f"{label} ({part.height})",
                    linewidths=1.0 if marker in ("|", "X") else 0.5)
-    from datetime import UTC, datetime
 
     def dt(ns: int) -> datetime:
         return datetime.fromtimestamp(ns / 1e9, tz=UTC).replace(tzinfo=None)
@@ -133,8 +142,6 @@ text-align:left;vertical-align:top}th{background:#f3f3f3}code{font-size:12px;wor
 
 def html_report(result: Any, grades: pl.DataFrame | None = None, gate: Any = None) -> str:
     """The HTML text of a replay report (see ``write_html_report``)."""
-    from recovery_logs import api
-
     s = result.summary
     incs = result.incidents
     fig = timeline_figure(result.engine.all_findings(), incs, title="per-node timeline (findings by role)")
@@ -149,11 +156,11 @@ def html_report(result: Any, grades: pl.DataFrame | None = None, gate: Any = Non
     if not incs:
         parts.append("<p>No incidents: nothing needs recovery.</p>")
     else:
-        inc = api.incidents_frame(result)
+        inc = incidents_frame(result)
         parts += ["<h2>Incidents, most important first</h2>",
                   _table(inc, ["rank", "severity", "category", "node", "gpu", "job_id", "confidence", "detected_at",
                                "root_rule", "cause"])]
-        cand, ev, act = api.candidates_frame(result), api.evidence_frame(result), api.actions_frame(result)
+        cand, ev, act = candidates_frame(result), evidence_frame(result), actions_frame(result)
         for n, i in enumerate(incs, 1):
             parts += [f"<h3>{n}. {_e(i.cause)}</h3>",
                       f"<p>category <b>{_e(i.category)}</b>, severity {_e(i.severity)}, culprit {_e(i.node)}"
@@ -166,8 +173,6 @@ def html_report(result: Any, grades: pl.DataFrame | None = None, gate: Any = Non
                       _table(ev.filter(pl.col("incident_id") == i.id), ["time", "node", "rule_id", "message",
                                                                         "logsql"], code=["logsql"])]
     if grades is not None:
-        from recovery_logs.grading import PromotionGate, rule_precision
-
         g = gate or PromotionGate()
         table = g.table(rule_precision(grades))
         parts += ["<h2>Self-grading of monitor-mode proposals</h2>",
@@ -180,7 +185,6 @@ def html_report(result: Any, grades: pl.DataFrame | None = None, gate: Any = Non
 def write_html_report(result: Any, out_dir: str | Path, *, grades: pl.DataFrame | None = None,
                       gate: Any = None) -> Path:
     """Write ``out_dir/report.html`` (self-contained: the timeline plot is an embedded PNG)."""
-    from recovery_logs.errors import ConfigError
 
     out = Path(out_dir)
     try:

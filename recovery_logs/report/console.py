@@ -23,6 +23,7 @@ from rich.table import Table
 
 from recovery_logs.audit import DB_NAME, AuditLog, AuditRecord
 from recovery_logs.errors import AuditError, RecoveryLogsError
+from recovery_logs.remediation.lemon import STATE_FILE, LemonTracker
 from recovery_logs.schema import SEVERITY_RANK
 from recovery_logs.timeutil import ns_to_iso
 
@@ -168,7 +169,6 @@ class Snapshot:
 
 def _lemons(state_dir: Path) -> tuple[tuple[str, str, float, str], ...]:
     """Nodes whose lemon state is not healthy, worst first (from the state dir's lemon.json)."""
-    from recovery_logs.detectors.lemon import STATE_FILE, LemonTracker
 
     if not (state_dir / STATE_FILE).exists():
         return ()

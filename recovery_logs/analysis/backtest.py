@@ -33,18 +33,29 @@ from pathlib import Path
 from typing import Any
 
 import polars as pl
+from rich.console import Group
+from rich.table import Table
+from rich.text import Text
 
+from recovery_logs.analysis.truth import load_truth
 from recovery_logs.config import EngineConfig
+from recovery_logs.detectors.rulepack import load_packs
 from recovery_logs.errors import ConfigError, InputError
-from recovery_logs.grading import PromotionGate, grade_proposals, outcomes_from_incidents
+from recovery_logs.frames import incident_dicts, root_rule
+from recovery_logs.pipeline.engine import Engine
+from recovery_logs.pipeline.replay import ReplayOptions, replay
+from recovery_logs.remediation.gate import PromotionGate
+from recovery_logs.remediation.grading import grade_proposals, outcomes_from_incidents
 from recovery_logs.remediation.policy import (
     EXECUTABLE_KINDS,
     ActionRequest,
     PolicyConfig,
     PolicyState,
+    load_policy,
     replay_policy,
 )
 from recovery_logs.schema import TIME
+from recovery_logs.timeutil import iso_to_ns, ns_to_iso
 
 __all__ = ["DECISION_SCHEMA", "BacktestOptions", "BacktestResult", "Case", "backtest", "grade_against_truth",
            "load_cases", "max_concurrent", "rows_with_iso_times", "run_backtest"]
@@ -101,10 +112,6 @@ def _case_dirs(p: Path) -> list[tuple[str, list[Path], Path | None]]:
 
 def load_cases(data: Sequence[str | Path], config: EngineConfig | None = None) -> list[Case]:
     """Replay every case under ``data`` (record only) and keep what a backtest needs."""
-    from recovery_logs.api import incident_dicts, load_truth
-    from recovery_logs.pipeline import Engine, ReplayOptions, replay
-    from recovery_logs.rulepack import load_packs
-    from recovery_logs.timeutil import iso_to_ns
 
     if not data:
         raise ConfigError("backtest: no DATA paths given")
@@ -148,9 +155,6 @@ def grade_against_truth(kind: str, target: str | None, truth: dict[str, Any]) ->
 
 # ---------------------------------------------------------------------------- backtest
 def _rows(cases: Sequence[Case], spacing_s: float | None) -> list[dict[str, Any]]:
-    from recovery_logs.api import root_rule
-    from recovery_logs.timeutil import iso_to_ns
-
     starts = [c.first_ns for c in cases if c.first_ns is not None]
     base = min(starts) if starts else 0
     rows = []
@@ -251,7 +255,6 @@ def _frame(rows: list[dict[str, Any]], schema: dict[str, pl.DataType]) -> pl.Dat
 
 def rows_with_iso_times(df: pl.DataFrame) -> list[dict[str, Any]]:
     """Rows as dicts with times as RFC3339 text keeping nanoseconds."""
-    from recovery_logs.timeutil import ns_to_iso
 
     tcols = [c for c, t in df.schema.items() if t == TIME]
     flat = df.with_columns([pl.col(c).dt.epoch("ns") for c in tcols])
@@ -338,10 +341,6 @@ class BacktestResult:
         return json.dumps(self.to_dict(), indent=2, ensure_ascii=False, default=str)
 
     def __rich__(self) -> Any:
-        from rich.console import Group
-        from rich.table import Table
-        from rich.text import Text
-
         s = self.summary()
         head = Text(f"backtest: {s['cases']} case(s), {s['incidents']} incident(s), {s['proposals']} proposal(s); "
                     f"policy evaluated as {self.options.mode}, budget {self.policy.budget_per_hour}/h, breaker "
@@ -366,7 +365,6 @@ def run_backtest(policy_file: str | Path | None, data: Sequence[str | Path], opt
                  outcomes: pl.DataFrame | None = None) -> BacktestResult:
     """Load the policy (its ``[promotion]`` table becomes the gate unless ``options.gate`` is set),
     replay ``data`` and backtest."""
-    from recovery_logs.remediation.policy import load_policy
 
     opts = options or BacktestOptions()
     if policy_file is not None and not Path(policy_file).is_file():

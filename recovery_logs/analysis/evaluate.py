@@ -27,8 +27,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from recovery_logs.detectors.rulepack import load_packs
 from recovery_logs.errors import ConfigError, EvalFloorMissed, InputError, RecoveryLogsError
+from recovery_logs.pipeline.engine import Engine
+from recovery_logs.pipeline.replay import ReplayOptions, replay
 from recovery_logs.schema import HARDWARE_CATEGORIES
+from recovery_logs.sources.files import ReadOptions
 from recovery_logs.timeutil import iso_to_ns
 
 TRUTH_FILE = "truth.json"
@@ -162,12 +166,6 @@ class PipelineReplay:
         self._pack = None
 
     def __call__(self, paths: list[Path], truth: dict[str, Any]) -> tuple[list[Any], dict[str, Any]]:
-        try:
-            from recovery_logs.pipeline import Engine, ReplayOptions, replay
-            from recovery_logs.rulepack import load_packs
-            from recovery_logs.sources.files import ReadOptions
-        except ImportError as exc:   # pragma: no cover - shipped together
-            raise ConfigError("eval: needs recovery_logs.pipeline.replay") from exc
         opts = ReplayOptions(read=ReadOptions(year=int(str(truth.get("start_time") or truth.get("fault_time")
                                                            or "2026")[:4])))
         if self._pack is None:

@@ -6,7 +6,7 @@ compare exact text.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import polars as pl
 from rich.console import Group
@@ -15,7 +15,10 @@ from rich.table import Table
 from rich.text import Text
 
 from recovery_logs.model import Incident
-from recovery_logs.timeutil import ns_to_iso
+from recovery_logs.timeutil import iso_to_ns, ns_to_iso
+
+if TYPE_CHECKING:
+    from recovery_logs.remediation.gate import PromotionGate
 
 SEV_STYLE = {"critical": "bold red", "high": "red", "medium": "yellow", "low": "cyan", "info": "dim"}
 ROLE_MARK = {"cause": ("X", 4), "symptom": ("s", 3), "breadcrumb": ("b", 2), "info": ("i", 1), "clear": ("c", 1),
@@ -152,7 +155,6 @@ def terminal_report(result: Any, max_incidents: int = 10) -> Group:
 def _parse(s: str | None) -> int | None:
     if not s:
         return None
-    from recovery_logs.timeutil import iso_to_ns
 
     return iso_to_ns(s)
 
@@ -188,3 +190,17 @@ def markdown_report(result: Any) -> str:
                       for e in i.evidence]
             lines += ["```", ""]
     return "\n".join(lines) + "\n"
+
+
+def precision_renderable(table: pl.DataFrame, gate: PromotionGate) -> Any:
+    """A rich table of ``PromotionGate.table`` output (for ``grade`` and the console)."""
+
+    t = Table(title=f"self-grading: rules act alone at precision >= {gate.min_precision:.2f} over "
+                    f">= {gate.min_incidents} incidents", header_style="bold")
+    for c in ("rule", "proposals", "right", "wrong", "unknown", "incidents", "precision", "gate"):
+        t.add_column(c, justify="left" if c in ("rule", "gate") else "right")
+    for r in table.iter_rows(named=True):
+        p = "-" if r["precision"] is None else f"{r['precision']:.2f}"
+        t.add_row(r["root_rule"], str(r["proposals"]), str(r["right"]), str(r["wrong"]), str(r["unknown"]),
+                  str(r["graded_incidents"]), p, "promoted" if r.get("promoted") else "held")
+    return t

@@ -24,6 +24,7 @@ fed; attribution is a function of all accumulated findings, so it is still attri
 
 from __future__ import annotations
 
+import json
 import logging
 import threading
 import time
@@ -38,16 +39,18 @@ import polars as pl
 from recovery_logs.config import EngineConfig
 from recovery_logs.errors import ConfigError, RecoveryLogsError, SourceError
 from recovery_logs.model import Incident
-from recovery_logs.sources.tail import (
-    NS,
-    FileFollower,
-    VLFollower,
-    WatchCursor,
-    cursor_name,
-    history_rows,
-    record_key,
-)
+from recovery_logs.pipeline.cursor import WatchCursor, cursor_name
+from recovery_logs.pipeline.engine import Engine
+from recovery_logs.sources.files import events_from_vl_records
+from recovery_logs.sources.follow import FileFollower
+from recovery_logs.sources.formats import vl_columns
+from recovery_logs.sources.history import history_rows
+from recovery_logs.sources.read_common import ReadOptions
+from recovery_logs.sources.read_text import TextParser
+from recovery_logs.sources.rowkeys import record_key
+from recovery_logs.sources.tail import VLFollower
 from recovery_logs.sources.victorialogs import VictoriaLogsClient, parse_url
+from recovery_logs.timeutil import NS, ns_to_iso
 
 __all__ = ["WatchOptions", "Watcher", "compose_query", "incident_rows", "parse_sources"]
 
@@ -118,9 +121,6 @@ def compose_query(user: str | None, prefilter: str | None) -> str:
 
 def incident_rows(incidents: Sequence[Incident]) -> list[dict[str, str]]:
     """Incidents as VictoriaLogs log lines (``unit=recovery-logs``) for ``insert_jsonline``."""
-    import json
-
-    from recovery_logs.timeutil import ns_to_iso
 
     rows = []
     for inc in incidents:
@@ -165,9 +165,6 @@ class Watcher:
                  on_incidents: Callable[[list[Incident]], None] | None = None,
                  metrics: Any = None, clock: Callable[[], int] = time.time_ns,
                  client: VictoriaLogsClient | None = None) -> None:
-        from recovery_logs.pipeline import Engine
-        from recovery_logs.sources.read_common import ReadOptions
-
         self.options = options
         cfg = options.config or EngineConfig(lateness_s=options.lateness_s, rules_dir=options.rules_dir)
         self.engine = engine if engine is not None else Engine(cfg)
@@ -199,8 +196,6 @@ class Watcher:
     # -- setup -------------------------------------------------------------------------------
     def open(self) -> Watcher:
         if self.vl_url is not None:
-            from recovery_logs.sources.formats import vl_columns
-
             pre = self.engine.pack.logsql_prefilter() if self.options.prefilter else None
             self.query = compose_query(self.options.query, pre)
             self.fields = list(dict.fromkeys(["_time", "_stream_id", "_stream", "_msg",
@@ -251,7 +246,6 @@ class Watcher:
         """Bound memory on a long run: a fresh Engine rebuilt from the server's history of the
         context window (the server is the store), swapped in only if the read finished. Every
         row read is marked seen, so the live read never feeds it twice."""
-        from recovery_logs.pipeline import Engine
 
         assert self.vl is not None and self.client is not None and self.query is not None
         hi = now - self.vl.offset_ns
@@ -277,14 +271,10 @@ class Watcher:
 
     # -- conversion --------------------------------------------------------------------------
     def _vl_events(self, rows: list[dict[str, str]]) -> Any:
-        from recovery_logs.sources.files import events_from_vl_records
-
         batch = events_from_vl_records(rows, self.read, seq_start=self.seq, file=f"victorialogs:{self.vl_url}")
         return _shift_lines(batch, self._vl_lines, len(rows))
 
     def _file_batches(self, now: int, final: bool = False) -> list[Any]:
-        from recovery_logs.sources.read_text import TextParser
-
         assert self.files is not None
         out = []
         for path, data, restarted in self.files.poll():

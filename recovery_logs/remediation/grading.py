@@ -25,28 +25,26 @@ Grading rules, first match wins (``horizon_s`` bounds how long after a proposal 
 4. Anything else (``investigate``, ``none``, or no outcome yet) → ``unknown`` and not counted.
 
 ``rule_precision`` folds grades into a per-rule table (rule = the incident's root rule, see
-``api.root_rule``); ``precision = right / (right + wrong)``. ``PromotionGate`` lets a rule act
-alone (without an operator) only once its precision is at least ``min_precision`` over at least
-``min_incidents`` graded incidents; ``gate_verdict`` is the hook for the policy: it turns an
-``approved`` verdict of a not-yet-promoted rule into ``proposed`` (wait for an operator).
+``frames.root_rule``); ``precision = right / (right + wrong)``. The promotion gate built on it
+is :mod:`recovery_logs.remediation.gate`; ``grades_from_state`` grades a state dir's proposals.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import dataclass, replace
+import json
 from typing import Any
 
 import polars as pl
 
+from recovery_logs.audit import load_audit
 from recovery_logs.errors import ConfigError
-from recovery_logs.remediation.policy import DEFAULT_PROMOTION_INCIDENTS, DEFAULT_PROMOTION_PRECISION
+from recovery_logs.frames import incidents_frame, root_rule
+from recovery_logs.model import ActionProposal
 from recovery_logs.schema import HARDWARE_CATEGORIES, TIME
 
 __all__ = ["FAILED_JOB_STATES", "GRADE_SCHEMA", "OUTCOME_SCHEMA", "PRECISION_SCHEMA", "PROPOSAL_SCHEMA",
-           "PromotionGate", "gate_verdict", "grade_proposals", "outcomes_from_audit", "outcomes_from_incidents",
-           "outcomes_from_jobs", "precision_renderable", "proposals_from_audit", "grading_from_state",
-           "rule_precision"]
+           "grade_proposals", "grades_from_state", "outcomes_from_audit", "outcomes_from_incidents",
+           "outcomes_from_jobs", "proposals_from_audit", "rule_precision"]
 
 NS = 1_000_000_000
 FAILED_JOB_STATES = frozenset({"FAILED", "NODE_FAIL", "TIMEOUT", "OUT_OF_MEMORY", "BOOT_FAIL", "CANCELLED"})
@@ -87,8 +85,6 @@ def _to_time(values: list[int | None]) -> pl.Series:
 
 def _proposals(df: pl.DataFrame) -> pl.DataFrame:
     if "action_id" not in df.columns:
-        from recovery_logs.model import ActionProposal
-
         ids = [ActionProposal(k, t, "", "", i).idempotency_key for k, t, i in
                df.select("kind", "target", "incident_id").iter_rows()]
         df = df.with_columns(pl.Series("action_id", ids, dtype=pl.String))
@@ -102,9 +98,6 @@ def _proposals(df: pl.DataFrame) -> pl.DataFrame:
 def proposals_from_audit(audit: pl.DataFrame) -> pl.DataFrame:
     """Proposals (``PROPOSAL_SCHEMA``) from ``api.load_audit``: ``proposal`` records joined to their
     incident's ``detection`` record (for the root rule, category, culprit node and job)."""
-    import json
-
-    from recovery_logs.api import root_rule
 
     inc: dict[str, dict[str, Any]] = {}
     for iid, payload in audit.filter(pl.col("kind") == "detection").select("incident_id", "payload").iter_rows():
@@ -225,112 +218,22 @@ def rule_precision(grades: pl.DataFrame) -> pl.DataFrame:
     return out.select(list(PRECISION_SCHEMA)).sort("root_rule")
 
 
-# ---------------------------------------------------------------------------- promotion gate
-@dataclass(frozen=True)
-class PromotionGate:
-    """A rule may act alone once its precision >= ``min_precision`` over >= ``min_incidents``
-    graded incidents. Policy file form (read by ``PromotionGate.from_mapping``)::
-
-        [promotion]
-        min_precision = 0.9
-        min_incidents = 20
-    """
-
-    min_precision: float = DEFAULT_PROMOTION_PRECISION
-    min_incidents: int = DEFAULT_PROMOTION_INCIDENTS
-
-    def __post_init__(self) -> None:
-        if not 0.0 <= self.min_precision <= 1.0:
-            raise ConfigError("promotion gate: min_precision must be within [0, 1]", value=self.min_precision)
-        if self.min_incidents < 1:
-            raise ConfigError("promotion gate: min_incidents must be >= 1", value=self.min_incidents)
-
-    @classmethod
-    def from_policy(cls, policy: Any) -> PromotionGate | None:
-        """The gate a validated ``PolicyConfig`` asks for (its ``[promotion]`` table), or None."""
-        if getattr(policy, "promotion_min_precision", None) is None:
-            return None
-        return cls(float(policy.promotion_min_precision), int(policy.promotion_min_incidents))
-
-    @classmethod
-    def from_mapping(cls, data: Mapping[str, Any]) -> PromotionGate:
-        unknown = sorted(set(data) - {"min_precision", "min_incidents"})
-        if unknown:
-            raise ConfigError("promotion gate: unknown keys in [promotion]", keys=unknown)
-        return cls(float(data.get("min_precision", cls.min_precision)),
-                   int(data.get("min_incidents", cls.min_incidents)))
-
-    def _row(self, rule_id: str, grades: pl.DataFrame) -> dict[str, Any] | None:
-        table = grades if "precision" in grades.columns else rule_precision(grades)
-        rows = table.filter(pl.col("root_rule") == rule_id).to_dicts()
-        return rows[0] if rows else None
-
-    def allows(self, rule_id: str, grades: pl.DataFrame) -> bool:
-        """``grades``: a ``grade_proposals`` frame or a ``rule_precision`` table."""
-        r = self._row(rule_id, grades)
-        return (r is not None and r["precision"] is not None and r["graded_incidents"] >= self.min_incidents
-                and r["precision"] >= self.min_precision)
-
-    def explain(self, rule_id: str, grades: pl.DataFrame) -> str:
-        r = self._row(rule_id, grades)
-        if r is None or r["precision"] is None:
-            return f"{rule_id}: no graded proposals yet (needs {self.min_incidents} incidents)"
-        verdict = "promoted" if self.allows(rule_id, grades) else "held"
-        return (f"{rule_id}: {verdict}: precision {r['precision']:.2f} over {r['graded_incidents']} incident(s) "
-                f"(gate {self.min_precision:.2f} over {self.min_incidents})")
-
-    def table(self, grades: pl.DataFrame) -> pl.DataFrame:
-        """``rule_precision`` plus a boolean ``promoted`` column."""
-        t = grades if "precision" in grades.columns else rule_precision(grades)
-        return t.with_columns((pl.col("precision").fill_null(-1.0) >= self.min_precision)
-                              .and_(pl.col("graded_incidents") >= self.min_incidents).alias("promoted"))
-
-
-def gate_verdict(verdict: Any, rule_id: str, gate: PromotionGate | None, grades: pl.DataFrame | None,
-                 *, approved_by_human: bool = False) -> Any:
-    """Policy hook: an ``approved`` ``Verdict`` of a rule the gate does not promote becomes
-    ``proposed`` (waits for an operator). Human approvals and other decisions pass unchanged."""
-    if gate is None or approved_by_human or verdict.decision != "approved":
-        return verdict
-    g = grades if grades is not None else _empty(GRADE_SCHEMA)
-    if gate.allows(rule_id, g):
-        return verdict
-    return replace(verdict, decision="proposed", reason=f"promotion gate: {gate.explain(rule_id, g)}")
 
 
 # ---------------------------------------------------------------------------- from a state dir
-def grading_from_state(state_dir: Any, later: Any = (), gate: PromotionGate | None = None,
-                       horizon_s: float = 7 * 86400.0) -> tuple[pl.DataFrame, pl.DataFrame]:
-    """Grades and the gate table for the proposals in a state dir's audit trail.
+
+
+def grades_from_state(state_dir: Any, later_incidents: Any = None, horizon_s: float = 7 * 86400.0) -> pl.DataFrame:
+    """Grades (``GRADE_SCHEMA``) of the proposals in a state dir's audit trail.
 
     Outcomes: approvals/rejections and later hardware incidents recorded there (``detection``
-    records), plus the incidents of a replay of ``later`` log paths when given.
-    Returns ``(grade_proposals frame, PromotionGate.table frame)``.
+    records), plus ``later_incidents`` (anything ``frames.incident_dicts`` reads: a ReplayResult,
+    Incident objects or their dicts) when given.
     """
-    import json as _json
-
-    from recovery_logs import api
-
-    audit = api.load_audit(state_dir)
+    audit = load_audit(state_dir)
     props = proposals_from_audit(audit)
-    detected = [_json.loads(p) for p in audit.filter(pl.col("kind") == "detection")["payload"].to_list()]
-    outs = [outcomes_from_audit(audit), outcomes_from_incidents(api.incidents_frame(detected))]
-    if later:
-        outs.append(outcomes_from_incidents(api.incidents_frame(api.replay_incident(list(later)))))
-    grades = grade_proposals(props, pl.concat(outs), horizon_s=horizon_s)
-    return grades, (gate or PromotionGate()).table(rule_precision(grades))
-
-
-def precision_renderable(table: pl.DataFrame, gate: PromotionGate) -> Any:
-    """A rich table of ``PromotionGate.table`` output (for ``grade`` and the console)."""
-    from rich.table import Table
-
-    t = Table(title=f"self-grading: rules act alone at precision >= {gate.min_precision:.2f} over "
-                    f">= {gate.min_incidents} incidents", header_style="bold")
-    for c in ("rule", "proposals", "right", "wrong", "unknown", "incidents", "precision", "gate"):
-        t.add_column(c, justify="left" if c in ("rule", "gate") else "right")
-    for r in table.iter_rows(named=True):
-        p = "-" if r["precision"] is None else f"{r['precision']:.2f}"
-        t.add_row(r["root_rule"], str(r["proposals"]), str(r["right"]), str(r["wrong"]), str(r["unknown"]),
-                  str(r["graded_incidents"]), p, "promoted" if r.get("promoted") else "held")
-    return t
+    detected = [json.loads(p) for p in audit.filter(pl.col("kind") == "detection")["payload"].to_list()]
+    outs = [outcomes_from_audit(audit), outcomes_from_incidents(incidents_frame(detected))]
+    if later_incidents is not None:
+        outs.append(outcomes_from_incidents(incidents_frame(later_incidents)))
+    return grade_proposals(props, pl.concat(outs), horizon_s=horizon_s)

@@ -17,6 +17,7 @@ Numbers are event-time seconds. Nothing here prints; the CLI (``train``) and ben
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import shutil
 from dataclasses import dataclass
@@ -26,9 +27,14 @@ from typing import Any
 import numpy as np
 import polars as pl
 
+from recovery_logs.config import EngineConfig
 from recovery_logs.detectors.base import DetectContext
+from recovery_logs.detectors.features import KEYS, PIPELINE_FEATURES, pipeline_features, window_ns
+from recovery_logs.detectors.hangs import HangDetector
+from recovery_logs.detectors.stragglers import StragglerDetector
 from recovery_logs.errors import InputError, TrainingDataError
-from recovery_logs.features import KEYS, PIPELINE_FEATURES, pipeline_features, window_ns
+from recovery_logs.pipeline.engine import Engine
+from recovery_logs.pipeline.replay import replay
 from recovery_logs.schema import FINDING_SCHEMA
 from recovery_logs.timeutil import iso_to_ns, ns_to_iso
 
@@ -54,8 +60,6 @@ class Replayed:
 
 def replay_rules(path: str | Path) -> Replayed:
     """Rule findings + windows of one log directory (no behavioural detectors run)."""
-    from recovery_logs.config import EngineConfig
-    from recovery_logs.pipeline import Engine, replay
 
     p = Path(path)
     eng = Engine(EngineConfig(), detectors=[])
@@ -124,8 +128,6 @@ def _score(tp: int, fp: int, fn: int) -> dict[str, Any]:
 
 def evaluate(root: str | Path, anomaly: Any = None, window: str = "60s") -> dict[str, Any]:
     """Score HangDetector, StragglerDetector and (if given) an AnomalyDetector on every scenario."""
-    from recovery_logs.detectors.hangs import HangDetector
-    from recovery_logs.detectors.stragglers import StragglerDetector
 
     hang, strag = HangDetector(), StragglerDetector()
     rows = []
@@ -220,7 +222,6 @@ def inject_novel_fault(src: str | Path, dst: str | Path, node: str | None = None
                        lines: int = 400, span_s: float = 90.0, seed: int = 0) -> dict[str, Any]:
     """Copy scenario ``src`` to ``dst`` and append a Lustre/LNet timeout storm to ``node``'s kern.log,
     ``at_s`` seconds after the scenario start. Rewrites truth.json for the injected fault."""
-    import datetime as dt
 
     s, d = Path(src), Path(dst)
     if d.exists():

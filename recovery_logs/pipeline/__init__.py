@@ -1,0 +1,1 @@
+"""The one place the stages meet: the engine, replay and watch drivers, the watch cursor and metrics."""

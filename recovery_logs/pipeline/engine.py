@@ -1,0 +1,196 @@
+"""The engine: the one place the stages are wired. Replay and watch both drive an :class:`Engine`.
+
+``Engine.feed(events)`` runs the rule matcher on a batch and folds the result into associative
+state (findings, windows, (host, job) spans, NCCL address → host map). ``Engine.incidents()`` is
+a pure function of that state and the event-time watermark: behavioural detectors, attribution
+and planning run over everything accumulated. So for in-order data, feeding all events at once
+or in any split gives the same incidents (tested as a property).
+"""
+
+from __future__ import annotations
+
+import functools
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+
+from recovery_logs.attribution import Attributor
+from recovery_logs.config import EngineConfig
+from recovery_logs.detectors.base import DetectContext
+from recovery_logs.detectors.hangs import HangDetector
+from recovery_logs.detectors.iforest import AnomalyDetector
+from recovery_logs.detectors.rulepack import load_packs
+from recovery_logs.detectors.rules import match
+from recovery_logs.detectors.stragglers import StragglerDetector
+from recovery_logs.errors import ConfigError
+from recovery_logs.model import Incident
+from recovery_logs.pipeline.enrich import fill_gpu, nccl_addresses, subject_host
+from recovery_logs.remediation.plan import RECORD_ONLY, plan
+from recovery_logs.schema import check_events, empty_findings, own_strings
+from recovery_logs.windows import (
+    empty_spans,
+    empty_windows,
+    job_spans,
+    merge_spans,
+    merge_windows,
+    window_counts,
+)
+
+
+@functools.lru_cache(maxsize=4)
+def _anomaly_detector(models_dir: str | None) -> Any:
+    """Load (and checksum) the shipped model once per process; the detector itself is stateless."""
+
+    return AnomalyDetector.default(Path(models_dir) if models_dir else None)
+
+
+def default_detectors(config: EngineConfig) -> list[Any]:
+    """Behavioural detectors named in ``config.detectors`` (see recovery_logs.detectors)."""
+    out: list[Any] = []
+    for name in config.detectors:
+        if name == "hangs":
+            out.append(HangDetector())
+        elif name == "stragglers":
+            out.append(StragglerDetector())
+        elif name == "anomaly":
+            out.append(_anomaly_detector(str(config.models_dir) if config.models_dir else None))
+        else:
+            raise ConfigError("unknown detector in engine config", detector=name,
+                              known=["hangs", "stragglers", "anomaly"])
+    return out
+
+
+class Engine:
+    """Accumulates evidence from event batches and ranks incidents on demand."""
+
+    def __init__(self, config: EngineConfig | None = None, pack: Any = None,
+                 detectors: Sequence[Any] | None = None, job_states: dict[str, str] | None = None) -> None:
+        self.config = config or EngineConfig()
+        self.pack = pack if pack is not None else load_packs(self.config.rules_dir)
+        self.detectors = list(detectors) if detectors is not None else default_detectors(self.config)
+        self.job_states = job_states
+        self._chunks: list[pl.DataFrame] = []
+        self._findings_cache: pl.DataFrame | None = None
+        self.windows = empty_windows()
+        self.spans = empty_spans()
+        self.addr_hosts: dict[str, str] = {}
+        self._addr_first: dict[str, int] = {}
+        self.max_time_ns: int | None = None
+        self.watermark_ns: int | None = None
+        self.stats: Counter[str] = Counter()
+        self._sticky = empty_findings()
+        self._det_cache: tuple[tuple[Any, ...], pl.DataFrame] | None = None
+        self._progress_rows = 0
+        descriptions = {r.id: (r.description or r.id) for r in self.pack.rules}
+        xid_names = {code: e.description or e.mnemonic for code, e in self.pack.xid_catalog.items()}
+        self.attributor = Attributor(self.config, descriptions, xid_names)
+
+    # -- input -------------------------------------------------------------------------------
+    def feed(self, events: pl.DataFrame) -> pl.DataFrame:
+        """Match rules on one batch and fold it into the state. Returns the batch's findings."""
+
+        check_events(events, "engine.feed")
+        if events.height == 0:
+            return empty_findings()
+        found = match(events, self.pack)
+        if found.height:
+            found = own_strings(subject_host(fill_gpu(found)))
+            self._chunks.append(found)
+            self._findings_cache = None
+            self._progress_rows += found.filter(pl.col("category") == "progress").height
+        self.windows = merge_windows(self.windows, window_counts(events, found, self.config.window_s))
+        self.spans = merge_spans(self.spans, job_spans(events))
+        self._learn_addresses(events)
+        tmax = events.select(pl.col("time").max().dt.epoch("ns")).item()
+        if tmax is not None:
+            self.max_time_ns = tmax if self.max_time_ns is None else max(self.max_time_ns, tmax)
+        self.stats["events"] += events.height
+        self.stats["findings"] += found.height
+        cfg = self.config
+        if self._progress_rows > cfg.progress_compact_rows and self.max_time_ns is not None:
+            self.compact(self.max_time_ns - int(cfg.progress_retention_s * 1e9))
+        return found
+
+    def advance(self, watermark_ns: int) -> None:
+        """Move the event-time clock (never backwards)."""
+        self.watermark_ns = watermark_ns if self.watermark_ns is None else max(self.watermark_ns, watermark_ns)
+
+    def _learn_addresses(self, events: pl.DataFrame) -> None:
+        for h, ip, t in nccl_addresses(events):
+            prev = self._addr_first.get(ip)
+            if prev is None or t < prev or (t == prev and h < self.addr_hosts[ip]):
+                self._addr_first[ip] = t
+                self.addr_hosts[ip] = h
+
+    # -- state -------------------------------------------------------------------------------
+    @property
+    def findings(self) -> pl.DataFrame:
+        """All rule findings so far, in (time, seq) order."""
+        if self._findings_cache is None:
+            if not self._chunks:
+                self._findings_cache = empty_findings()
+            else:
+                self._findings_cache = pl.concat(self._chunks).sort(["time", "seq"], nulls_last=True)
+                self._chunks = [self._findings_cache]
+        return self._findings_cache
+
+    def detector_findings(self, watermark_ns: int | None = None) -> pl.DataFrame:
+        """Behavioural findings at the watermark, plus those materialised before a compaction."""
+
+        wm = watermark_ns if watermark_ns is not None else (
+            self.watermark_ns if self.watermark_ns is not None else self.max_time_ns)
+        if wm is None or not self.detectors:
+            return self._sticky
+        key = (wm, self.stats["findings"], self.stats["compacted"], self._sticky.height,
+               tuple(sorted((self.job_states or {}).items())))
+        if self._det_cache is not None and self._det_cache[0] == key:   # incidents() and reports share it
+            return self._det_cache[1]
+        ctx = DetectContext(watermark_ns=wm, job_states=self.job_states, config=self.config)
+        base = self.findings
+        outs = [d.detect(base, self.windows, ctx) for d in self.detectors]
+        outs = [o for o in (self._sticky, *outs) if o.height]
+        det = empty_findings() if not outs else pl.concat(outs).unique(
+            ["rule_id", "time", "host", "job_id", "message"], keep="first", maintain_order=True)
+        self._det_cache = (key, det)
+        return det
+
+    def compact(self, horizon_ns: int) -> int:
+        """Bound memory: drop progress findings and windows older than ``horizon_ns``.
+
+        Detectors are monotone in the watermark (a finding, once emitted, never changes), so their
+        findings are materialised first at the largest event time seen and kept; rule findings other
+        than progress lines are kept whole (they are what incidents are made of). Returns the number
+        of rows dropped.
+        """
+        if self.max_time_ns is not None:
+            self._sticky = self.detector_findings(max(self.max_time_ns, self.watermark_ns or 0))
+        f = self.findings
+        horizon = pl.lit(horizon_ns).cast(pl.Datetime("ns")).dt.replace_time_zone("UTC")
+        keep = f.filter((pl.col("category") != "progress") | (pl.col("time") >= horizon))
+        dropped = f.height - keep.height
+        self._chunks = [keep]
+        self._findings_cache = keep
+        self._progress_rows = keep.filter(pl.col("category") == "progress").height
+        self.windows = self.windows.filter(pl.col("window_start") >= horizon)
+        self.stats["compacted"] += dropped
+        return dropped
+
+    def all_findings(self) -> pl.DataFrame:
+        det = self.detector_findings()
+        f = self.findings
+        if det.height == 0:
+            return f
+        return pl.concat([f, det]).sort(["time", "seq"], nulls_last=True)
+
+    def incidents(self, decision: str = RECORD_ONLY) -> list[Incident]:
+        """Ranked incidents (most important first) with their proposed actions."""
+        incs = self.attributor.incidents(self.all_findings(), self.spans, self.addr_hosts)
+
+        return [replace(i, actions=plan(i, self.config, decision)) for i in incs]
+
+
+__all__ = ["Engine", "default_detectors"]

@@ -1,0 +1,56 @@
+"""Finding enrichment the engine applies to every batch: facts a rule cannot see on its own line.
+
+* ``fill_gpu`` — NCCL prefixes name the local GPU (``host:pid:tid [6] NCCL WARN ...``).
+* ``subject_host`` — a controller line about another node is evidence about that node.
+* ``nccl_addresses`` — NCCL bootstrap lines map an IP address to its host (for peer names).
+"""
+
+from __future__ import annotations
+
+import polars as pl
+
+__all__ = ["fill_gpu", "nccl_addresses", "subject_host"]
+
+
+_ADDR_RE = (r"(?:^|\s)(?:(?P<h>[A-Za-z0-9_.-]+):\d+:\d+ \[\d+\] )?NCCL INFO "
+            r"(?:Bootstrap : Using|NET/Socket : Using|NET/IB : Using .*?OOB) \[?\S*?:(?P<ip>\d+\.\d+\.\d+\.\d+)<")
+
+
+_NCCL_GPU_RE = r"^[A-Za-z0-9_.-]+:\d+:\d+ \[(\d+)\] NCCL "
+
+
+def fill_gpu(found: pl.DataFrame) -> pl.DataFrame:
+    """NCCL prefixes name the local GPU (`host:pid:tid [6] NCCL WARN ...`): use it where a rule did not."""
+    return found.with_columns(
+        pl.coalesce(pl.col("gpu"), pl.col("message").str.extract(_NCCL_GPU_RE, 1).cast(pl.Int32, strict=False))
+        .alias("gpu"))
+
+
+def subject_host(found: pl.DataFrame) -> pl.DataFrame:
+    """A controller line about another node (`Nodes gpu-n02 not responding`) is evidence about that node.
+
+    Rules capture the subject as a `node` group (kept in `detail`); the finding moves to that host, and a
+    captured `slurm_job` fills a missing job id. The reporting host stays in the event itself.
+    """
+    if "detail" not in found.columns or found.filter(pl.col("detail").is_not_null()).height == 0:
+        return found
+    node = pl.col("detail").str.json_path_match("$.node")
+    job = pl.col("detail").str.json_path_match("$.slurm_job").str.extract(r"^(\d+)", 1)
+    simple = node.str.contains(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+    return found.with_columns(
+        pl.when(node.is_not_null() & simple).then(node.str.split(".").list.first()).otherwise(pl.col("host"))
+        .alias("host"),
+        pl.coalesce(pl.col("job_id"), job).alias("job_id"),
+    )
+
+
+def nccl_addresses(events: pl.DataFrame) -> list[tuple[str, str, int]]:
+    """``(host, ip, time ns)`` of every NCCL bootstrap/transport line that names its address."""
+    cand = events.filter(pl.col("message").str.contains("NCCL INFO", literal=True))
+    if cand.height == 0:
+        return []
+    got = (cand.with_columns(pl.col("message").str.extract_groups(_ADDR_RE).alias("_m"))
+           .select(pl.coalesce(pl.col("_m").struct.field("h"), pl.col("host")).alias("h"),
+                   pl.col("_m").struct.field("ip").alias("ip"), pl.col("time").dt.epoch("ns").alias("t"))
+           .drop_nulls())
+    return list(got.iter_rows())

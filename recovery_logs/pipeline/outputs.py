@@ -1,0 +1,55 @@
+"""Output writing of a replay: events.parquet (streamed while reading), incidents.json, report.md,
+quarantine.jsonl and report.html under the output directory.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import polars as pl
+import pyarrow.parquet as pq
+
+from recovery_logs.errors import ConfigError
+from recovery_logs.report.html import write_html_report
+from recovery_logs.report.terminal import markdown_report
+
+if TYPE_CHECKING:
+    from recovery_logs.pipeline.replay import ReplayResult
+
+__all__ = ["prepare_out_dir", "write_events", "write_outputs"]
+
+
+def prepare_out_dir(out_dir: Path) -> None:
+    try:
+        out_dir.mkdir(parents=True, exist_ok=True)
+        probe = out_dir / ".write-test"
+        probe.write_text("")
+        probe.unlink()
+    except OSError as exc:
+        raise ConfigError(f"output directory is not writable: {exc}", path=str(out_dir)) from exc
+    (out_dir / "events.parquet").unlink(missing_ok=True)
+
+
+def write_events(out_dir: Path, events: pl.DataFrame, writer: Any) -> Any:
+    table = events.to_arrow()
+    if writer is None:
+        writer = pq.ParquetWriter(str(out_dir / "events.parquet"), table.schema, compression="zstd")
+    writer.write_table(table)
+    return writer
+
+
+def write_outputs(res: ReplayResult, out_dir: Path) -> dict[str, Path]:
+    """incidents.json, report.md and quarantine.jsonl under out_dir."""
+
+    paths = {"json": out_dir / "incidents.json", "markdown": out_dir / "report.md",
+             "quarantine": out_dir / "quarantine.jsonl"}
+    paths["json"].write_text(res.to_json() + "\n", encoding="utf-8")
+    paths["markdown"].write_text(markdown_report(res), encoding="utf-8")
+    with paths["quarantine"].open("w", encoding="utf-8") as fh:
+        for row in res.quarantine.iter_rows(named=True):
+            fh.write(json.dumps(row, ensure_ascii=False) + "\n")
+
+    paths["html"] = write_html_report(res, out_dir)
+    return paths

@@ -1,0 +1,1 @@
+"""Reports: the terminal and Markdown report, the HTML report, the operator console."""
