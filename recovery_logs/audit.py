@@ -221,6 +221,13 @@ class AuditLog:
             return self.conn.execute("SELECT COUNT(*) FROM audit").fetchone()[0]
         return self.conn.execute("SELECT COUNT(*) FROM audit WHERE kind = ?", (kind,)).fetchone()[0]
 
+    def last_detection_status(self, incident_id: str) -> str | None:
+        """``status`` of the newest ``detection`` record of an incident (None: never recorded)."""
+        row = self.conn.execute(
+            "SELECT json_extract(payload, '$.status') FROM audit WHERE kind = 'detection' AND incident_id = ?"
+            " ORDER BY id DESC LIMIT 1", (incident_id,)).fetchone()
+        return None if row is None else row[0]
+
     def open_intents(self) -> list[AuditRecord]:
         """Intent records with no result record for the same action and attempt (write-ahead gaps)."""
         out = []

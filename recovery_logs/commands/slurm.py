@@ -38,11 +38,12 @@ def register(app: typer.Typer) -> None:
 
         snap = Snapshot.load(_state_dir(state_dir))
         from recovery_logs.audit import AuditLog
+        from recovery_logs.remediation.actions import ActionStore
 
         log = AuditLog.open(_state_dir(state_dir))
         try:
-            counts = dict(log.conn.execute("SELECT status, COUNT(*) FROM actions GROUP BY status").fetchall()) \
-                if log.conn.execute("SELECT 1 FROM sqlite_master WHERE name = 'actions'").fetchone() else {}
+            store = ActionStore.existing(log)
+            counts = store.counts() if store is not None else {}
         finally:
             log.close()
         data = {"mode": snap.mode, "breaker": snap.breaker, "budget_used_hour": snap.budget_used,

@@ -29,6 +29,7 @@ from typing import Any
 from recovery_logs.audit import AuditLog
 from recovery_logs.errors import PolicyError, SlurmError, SlurmUnavailable, UnsafeTargetError
 from recovery_logs.model import ActionProposal, Incident
+from recovery_logs.remediation.actions import TERMINAL, ActionStore
 from recovery_logs.remediation.executor import SlurmExecutor
 from recovery_logs.remediation.gate import PromotionGate, gate_verdict
 from recovery_logs.remediation.grading import grades_from_state
@@ -44,21 +45,6 @@ from recovery_logs.remediation.policy import (
     policy_from_dict,
 )
 from recovery_logs.sources.slurm import CommandRunner, SlurmClient
-
-_ACTIONS = """
-CREATE TABLE IF NOT EXISTS actions (
-    id TEXT PRIMARY KEY, idem_key TEXT UNIQUE NOT NULL, kind TEXT NOT NULL, target TEXT,
-    incident_id TEXT, exclude TEXT NOT NULL DEFAULT '[]', cause TEXT NOT NULL DEFAULT '',
-    status TEXT NOT NULL, decision TEXT NOT NULL, reason TEXT NOT NULL DEFAULT '',
-    attempts INTEGER NOT NULL DEFAULT 0, next_attempt_ts REAL NOT NULL DEFAULT 0, baseline INTEGER,
-    created_ts REAL NOT NULL, updated_ts REAL NOT NULL, executed_ts REAL, result TEXT
-);
-CREATE INDEX IF NOT EXISTS actions_status ON actions(status);
-"""
-_COLS = ("id", "idem_key", "kind", "target", "incident_id", "exclude", "cause", "status", "decision", "reason",
-         "attempts", "next_attempt_ts", "baseline", "created_ts", "updated_ts", "executed_ts", "result")
-TERMINAL = frozenset({"done", "noop", "not_owner", "skipped", "failed", "rejected", "denied", "dry_run",
-                      "record_only"})
 
 
 def action_id(idem_key: str) -> str:
@@ -97,7 +83,7 @@ class Remediator:
         self.config = config
         self.executor = executor
         self.clock = clock
-        self.audit.conn.executescript(_ACTIONS)
+        self.store = ActionStore(audit)
         self.duplicates = 0
         self._nodes_retry_at = 0.0
         self._grades: Any = None
@@ -116,7 +102,7 @@ class Remediator:
         audit = AuditLog.open(Path(state_dir), clock=clock)
         rem = cls(audit, config, SlurmExecutor(runner), clock)
         audit.append("config", {"policy": config.to_dict(), "policy_file": str(policy_file) if policy_file else None})
-        if reconcile and rem._rows("status = 'running'"):
+        if reconcile and rem.store.rows("running"):
             rem.reconcile()
         return rem
 
@@ -145,22 +131,14 @@ class Remediator:
         self.audit.close()
 
     # ------------------------------------------------------------------ state
-    def _rows(self, where: str = "1", args: Sequence[Any] = ()) -> list[dict[str, Any]]:
-        cur = self.audit.conn.execute(f"SELECT {', '.join(_COLS)} FROM actions WHERE {where} ORDER BY created_ts, rowid",
-                                      tuple(args))
-        return [dict(zip(_COLS, r, strict=True)) for r in cur]
-
     def action(self, act_id: str) -> dict[str, Any] | None:
-        rows = self._rows("id = ?", (act_id,))
-        return rows[0] if rows else None
+        return self.store.get(act_id)
 
     def actions(self, status: str | None = None) -> list[dict[str, Any]]:
-        return self._rows("status = ?", (status,)) if status else self._rows()
+        return self.store.rows(status)
 
     def _update(self, act_id: str, **cols: Any) -> None:
-        cols["updated_ts"] = self.clock()
-        sets = ", ".join(f"{k} = ?" for k in cols)
-        self.audit.conn.execute(f"UPDATE actions SET {sets} WHERE id = ?", (*cols.values(), act_id))
+        self.store.update(act_id, **cols, updated_ts=self.clock())
 
     def breaker(self) -> dict[str, Any]:
         return self.audit.get_state("breaker", {"tripped": False, "reason": "", "since": None})
@@ -186,8 +164,7 @@ class Remediator:
         br = self.breaker()
         horizon = self.clock() - max(3600.0, self.config.breaker_window_s, self.config.cooldown_s)
         executed = tuple(Executed(r["executed_ts"], r["kind"], r["target"] or "", r["incident_id"])
-                         for r in self._rows("executed_ts IS NOT NULL AND (executed_ts > ? OR incident_id = ?)",
-                                             (horizon, incident_id)))
+                         for r in self.store.executed(horizon, incident_id))
         nodes = self._cluster_nodes() if self.config.mode != "monitor" else self.config.cluster_nodes
         return PolicyState(executed, bool(br.get("tripped")), br.get("reason", ""), nodes,
                            int(self.audit.get_state("counter:dry_run", 0)))
@@ -207,10 +184,7 @@ class Remediator:
         if self.config.mode != "monitor" and any(p.kind == "drain_node" for i in incidents for p in i.actions):
             self._cluster_nodes()          # ask sinfo once, outside the write transactions below
         for inc in incidents:
-            last = self.audit.conn.execute(
-                "SELECT json_extract(payload, '$.status') FROM audit WHERE kind = 'detection' AND incident_id = ?"
-                " ORDER BY id DESC LIMIT 1", (inc.id,)).fetchone()
-            if last is None or last[0] != inc.status:      # first sight, or e.g. open -> cleared
+            if self.audit.last_detection_status(inc.id) != inc.status:   # first sight, or e.g. open -> cleared
                 self.audit.append("detection", inc.to_dict(), incident_id=inc.id)
             if inc.root_rule:
                 self._rule_of[inc.id] = inc.root_rule
@@ -298,11 +272,8 @@ class Remediator:
                 cause: str, decision: str, status: str, reason: str, state: dict[str, Any], now: float) -> Decision:
         executed_ts = now if status == "queued" else None
         if existing is None:
-            self.audit.conn.execute(
-                "INSERT INTO actions(id, idem_key, kind, target, incident_id, exclude, cause, status, decision, reason,"
-                " created_ts, updated_ts, executed_ts) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)",
-                (act, key, p.kind, p.target, incident_id, json.dumps(list(p.exclude)), cause or "", status, decision,
-                 reason, now, now, executed_ts))
+            self.store.insert(act, key, p.kind, p.target, incident_id, p.exclude, cause, status, decision, reason,
+                              now, executed_ts)
         else:
             self._update(act, status=status, decision=decision, reason=reason, executed_ts=executed_ts)
         self.audit.append("decision", {"action_id": act, "kind": p.kind, "target": p.target, "decision": decision,
@@ -366,7 +337,7 @@ class Remediator:
             return []
         now = self.clock()
         ran = []
-        for row in self._rows("status = 'queued'"):
+        for row in self.store.rows("queued"):
             if not ignore_backoff and row["next_attempt_ts"] > now:
                 continue
             if self._run(row):
@@ -388,10 +359,8 @@ class Remediator:
                 self._finish(row, row["attempts"], "failed", str(exc), {})
             return True
         attempt = row["attempts"] + 1
-        with self.audit.transaction() as c:
-            claimed = c.execute("UPDATE actions SET status = 'running', attempts = ?, baseline = ?, updated_ts = ?"
-                                " WHERE id = ? AND status = 'queued'", (attempt, baseline, self.clock(), act)).rowcount
-            if not claimed:
+        with self.audit.transaction():
+            if not self.store.claim(act, attempt, baseline, self.clock()):
                 return False          # another process took it
             self.audit.append("intent", {"action_id": act, "attempt": attempt, "kind": row["kind"],
                                          "target": row["target"], "exclude": list(exclude), "baseline": baseline},

@@ -23,6 +23,7 @@ from rich.table import Table
 
 from recovery_logs.audit import DB_NAME, AuditLog, AuditRecord
 from recovery_logs.errors import AuditError, RecoveryLogsError
+from recovery_logs.remediation.actions import ActionStore
 from recovery_logs.remediation.lemon import STATE_FILE, LemonTracker
 from recovery_logs.schema import SEVERITY_RANK
 from recovery_logs.timeutil import ns_to_iso
@@ -88,19 +89,17 @@ class Snapshot:
                                         p.get("node"), p.get("job_id"), float(p.get("confidence", 0.0)),
                                         p.get("detected_at"), p.get("status", "open"))
                            for p in latest.values()), key=lambda v: v.rank_key)
-            has_actions = audit.conn.execute(
-                "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'actions'").fetchone()
+            store = ActionStore.existing(audit)
             pending: list[PendingView] = []
             used = 0
             drained: set[str] = set()
             window = float(pol.get("breaker", {}).get("window_s", 3600))
-            if has_actions:
-                for aid, kind, target, inc, exc, reason in audit.conn.execute(
-                        "SELECT id, kind, target, incident_id, exclude, cause FROM actions"
-                        " WHERE status = 'awaiting_approval' ORDER BY created_ts, rowid"):
-                    pending.append(PendingView(aid, kind, target, inc, tuple(json.loads(exc)), reason))
-                for kind, target, ts in audit.conn.execute(
-                        "SELECT kind, target, executed_ts FROM actions WHERE executed_ts IS NOT NULL"):
+            if store is not None:
+                for r in store.rows("awaiting_approval"):
+                    pending.append(PendingView(r["id"], r["kind"], r["target"], r["incident_id"],
+                                               tuple(json.loads(r["exclude"])), r["cause"]))
+                for r in store.executed():
+                    kind, target, ts = r["kind"], r["target"], r["executed_ts"]
                     used += now - 3600 < ts <= now
                     if kind == "drain_node" and now - window < ts <= now:
                         drained.add(target)
