@@ -26,7 +26,7 @@ __all__ = sorted(_API | {"__version__"})
 
 def __getattr__(name: str) -> Any:
     if name in _API:
-        from recovery_logs import api
+        from recovery_logs import api  # lazy on purpose: `import recovery_logs` stays cheap for the CLI
 
         return getattr(api, name)
     raise AttributeError(f"module 'recovery_logs' has no attribute {name!r}")

@@ -65,7 +65,7 @@ def _deterministic_zip(data: bytes) -> bytes:
 
 def save_artifact(obj: Any, directory: str | Path, sidecar: dict[str, Any]) -> Path:
     """Write ``obj`` with skops and the sidecar (sha256, versions added). Returns the directory."""
-    import skops.io as sio
+    import skops.io as sio  # skops: heavy import, only when a model is saved or loaded
 
     d = Path(directory)
     try:
@@ -97,7 +97,7 @@ def read_sidecar(directory: str | Path) -> dict[str, Any]:
 
 def load_artifact(directory: str | Path, trusted: tuple[str, ...] = TRUSTED_TYPES) -> tuple[Any, dict[str, Any]]:
     """Verify checksum and types, then load. Returns (object, sidecar)."""
-    import skops.io as sio
+    import skops.io as sio  # skops: heavy import, only when a model is saved or loaded
 
     d = Path(directory)
     meta = read_sidecar(d)

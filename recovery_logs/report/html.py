@@ -57,7 +57,7 @@ def timeline_figure(findings: pl.DataFrame, incidents: Sequence[Any] = (), *, ti
     ``findings``: ``FINDING_SCHEMA`` (``ReplayResult.engine.all_findings()``); ``incidents``:
     ``Incident`` objects or their ``to_dict()``.
     """
-    import matplotlib.dates as mdates
+    import matplotlib.dates as mdates  # matplotlib: heavy import, only when a plot is drawn
     from matplotlib.figure import Figure
 
     f = findings.filter(pl.col("host").is_not_null() & pl.col("time").is_not_null())
@@ -103,7 +103,7 @@ def timeline_figure(findings: pl.DataFrame, incidents: Sequence[Any] = (), *, ti
 
 def figure_png_base64(fig: Any, dpi: int = 100) -> str:
     """PNG bytes of a figure, base64 text (for a ``data:image/png;base64,`` URI)."""
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.backends.backend_agg import FigureCanvasAgg  # matplotlib: heavy, only when drawn
 
     FigureCanvasAgg(fig)
     buf = io.BytesIO()

@@ -91,7 +91,7 @@ class TextSink:
         # keep files open across chunks (re-opening thousands of files per chunk dominates at scale),
         # within a share of the process's file-descriptor limit
         if max_open is None:
-            import resource
+            import resource  # stdlib but POSIX-only: imported where the open-file limit is read
 
             soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
             max_open = max(16, min(8192, (soft if soft > 0 else 1024) // 2))

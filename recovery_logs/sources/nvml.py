@@ -79,7 +79,7 @@ class NvmlThresholds:
 def load_nvml() -> Any:
     """Import pynvml, or raise NVMLUnavailable saying how to get it."""
     try:
-        import pynvml
+        import pynvml  # nvidia-ml-py: optional extra [nvml], imported only when the agent starts
     except ImportError as exc:
         raise NVMLUnavailable("nvml: the NVIDIA bindings are not installed (pip install 'recovery-logs[nvml]'"
                               " or pip install nvidia-ml-py)") from exc
