@@ -3,7 +3,7 @@
     python benchmarks/watch_latency.py [--rate 2000] [--duration 60] [--refresh 1]
                                        [--throughput-lines 200000] [--memory-duration 120]
 
-The server (tests/victorialogs/vlserver.py, captured VictoriaLogs v1.26.0 tail semantics) and a
+The server (tests/integration/victorialogs/vlserver.py, captured VictoriaLogs v1.26.0 tail semantics) and a
 line generator run in a child process; the watcher runs in this process (one core), exactly as
 ``recovery-logs watch`` wires it (tail offset 1s, catch-up 5s, lateness 30s, rule prefilter).
 
@@ -35,7 +35,7 @@ sys.path.insert(0, str(ROOT))
 def _vlserver():
     name = "recovery_logs_tests_vlserver"
     if name not in sys.modules:
-        spec = importlib.util.spec_from_file_location(name, ROOT / "tests" / "victorialogs" / "vlserver.py")
+        spec = importlib.util.spec_from_file_location(name, ROOT / "tests" / "integration" / "victorialogs" / "vlserver.py")
         mod = importlib.util.module_from_spec(spec)
         sys.modules[name] = mod
         spec.loader.exec_module(mod)

@@ -1,16 +1,19 @@
-"""Test helpers that ship with the library: event/finding factories, a fake clock, a list source.
+"""Test helpers that ship with the library: event/finding/incident factories, a fake clock, a list
+source and a recording command runner.
 
 Used by our own tests and by sites writing tests for their rule packs.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
 import polars as pl
 
+from recovery_logs.model import ActionProposal, Evidence, Incident
 from recovery_logs.schema import EVENT_SCHEMA, FINDING_SCHEMA, conform
+from recovery_logs.sources.slurm import CommandResult, CommandRunner
 from recovery_logs.timeutil import iso_to_ns
 
 
@@ -82,3 +85,50 @@ def split_frame(df: pl.DataFrame, cuts: Sequence[int]) -> list[pl.DataFrame]:
         out.append(df.slice(prev, c - prev))
         prev = c
     return out
+
+
+def make_incident(inc_id: str, node: str | None, job_id: str | None, *, kinds: Sequence[str] = ("drain", "requeue"),
+                  cause: str = "XID 79 GPU has fallen off the bus", severity: str = "critical",
+                  confidence: float = 0.9, t_ns: int = 1_795_000_000_000_000_000) -> Incident:
+    """An XID 79 ``Incident`` on ``node`` proposing ``kinds`` (drain, requeue, cancel, investigate):
+    what the remediator, console and policy tests feed."""
+    acts = []
+    for k in kinds:
+        if k == "drain":
+            acts.append(ActionProposal("drain_node", node, "record_only", cause, inc_id))
+        elif k == "requeue":
+            acts.append(ActionProposal("requeue_job", job_id, "record_only", cause, inc_id,
+                                       (node,) if node else ()))
+        elif k == "cancel":
+            acts.append(ActionProposal("cancel_job", job_id, "record_only", cause, inc_id))
+        elif k == "investigate":
+            acts.append(ActionProposal("investigate", node, "record_only", cause, inc_id))
+    return Incident(id=inc_id, category="xid", cause=cause, severity=severity, node=node, gpu=3, job_id=job_id,
+                    xid=79, confidence=confidence, first_seen=t_ns, last_seen=t_ns + 5 * 10**9,
+                    detected_at=t_ns + 2 * 10**9, count=3, nodes=(node,) if node else (),
+                    evidence=(Evidence(t_ns, node, f"NVRM: Xid (PCI:0000:cb:00): 79, {cause}", "xid.79"),),
+                    candidates=(), actions=tuple(acts))
+
+
+class RecordingRunner:
+    """A command runner that remembers every command it passes to ``inner`` (a real runner) and
+    can call a hook after each one."""
+
+    MUTATING = ("update", "requeue", "requeuehold", "release", "hold")
+
+    def __init__(self, inner: CommandRunner, after: Callable[[CommandResult], None] | None = None) -> None:
+        self.inner = inner
+        self.after = after
+        self.calls: list[tuple[str, ...]] = []
+
+    def run(self, argv: Sequence[str], timeout_s: float) -> CommandResult:
+        res = self.inner.run(argv, timeout_s)
+        self.calls.append(tuple(argv))
+        if self.after is not None:
+            self.after(res)
+        return res
+
+    def mutating(self) -> list[tuple[str, ...]]:
+        """The commands that change cluster state (scancel, scontrol update/requeue/hold/...)."""
+        return [c for c in self.calls if c[0] == "scancel"
+                or (c[0] == "scontrol" and len(c) > 1 and c[1] in self.MUTATING)]

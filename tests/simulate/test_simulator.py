@@ -199,7 +199,7 @@ def _vlserver():
 
     name = "recovery_logs_tests_vlserver"
     if name not in sys.modules:
-        spec = importlib.util.spec_from_file_location(name, Path(__file__).parents[1] / "victorialogs" / "vlserver.py")
+        spec = importlib.util.spec_from_file_location(name, Path(__file__).parents[1] / "integration" / "victorialogs" / "vlserver.py")
         mod = importlib.util.module_from_spec(spec)
         sys.modules[name] = mod
         spec.loader.exec_module(mod)

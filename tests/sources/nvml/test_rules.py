@@ -13,7 +13,7 @@ from recovery_logs.detectors import rulecheck, rulepack
 from recovery_logs.detectors import rules as rules_matcher
 from recovery_logs.sources.nvml import NvmlAgent
 
-RULES = Path(__file__).resolve().parents[2] / "rules"
+RULES = Path(__file__).resolve().parents[3] / "rules"
 
 
 @pytest.fixture(scope="module", params=["nvml_only", "all_packs"])

@@ -13,6 +13,8 @@ from types import SimpleNamespace
 import pynvml
 import pytest
 
+from recovery_logs.testing import FakeClock
+
 
 @dataclass
 class FakeGpu:
@@ -166,14 +168,6 @@ class FakeNvml:
         pass
 
 
-class FakeClock:
-    def __init__(self, t: float = 1_780_000_000.0) -> None:
-        self.t = t
-
-    def __call__(self) -> float:
-        return self.t
-
-
 @pytest.fixture
 def gpus() -> list[FakeGpu]:
     return [FakeGpu("GPU-aaaa-0000", b"00000000:1B:00.0"), FakeGpu("GPU-bbbb-0001", b"00000000:CB:00.0")]
@@ -186,7 +180,7 @@ def fake(gpus) -> FakeNvml:
 
 @pytest.fixture
 def clock() -> FakeClock:
-    return FakeClock()
+    return FakeClock(1_780_000_000.0)
 
 
 @pytest.fixture

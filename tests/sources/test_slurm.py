@@ -19,7 +19,7 @@ from recovery_logs.sources.slurm import (
     parse_scontrol,
 )
 
-DATA = Path(__file__).parent / "data"
+DATA = Path(__file__).resolve().parents[1] / "fixtures" / "slurm"
 NS = 10**9
 
 

@@ -201,7 +201,7 @@ def test_close_frees_and_shuts_down(fake, clock):
 
 
 def test_vl_rows(fake, gpus, clock):
-    clock.t = 1_780_000_000.123456789
+    clock.now = 1_780_000_000.123456789
     agent = NvmlAgent(fake, host="node7", clock=clock)
     agent.poll_once()
     fake.xid(gpus[1], 79)

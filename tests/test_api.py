@@ -15,7 +15,7 @@ import recovery_logs.api as rl
 from recovery_logs.errors import AuditError, ConfigError, InputError
 from recovery_logs.schema import EVENT_SCHEMA
 
-FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "victorialogs"
+FIXTURES = Path(__file__).resolve().parent / "fixtures" / "victorialogs"
 
 
 @pytest.fixture(scope="module")

@@ -43,7 +43,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qsl, urlsplit
 
-FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "victorialogs"
+FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "victorialogs"
 
 
 def _load_logsql():

@@ -12,7 +12,7 @@ import pytest
 
 import recovery_logs.sources.nvml as nvml_mod
 
-SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "nvml_check.py"
+SCRIPT = Path(__file__).resolve().parents[3] / "scripts" / "nvml_check.py"
 
 
 def _load():

@@ -15,16 +15,15 @@ import socket
 import subprocess
 import tempfile
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
-from recovery_logs.model import ActionProposal, Evidence, Incident
-from recovery_logs.sources.slurm import CommandResult, SubprocessRunner, expand_hostlist, parse_scontrol
+from recovery_logs.sources.slurm import SubprocessRunner, expand_hostlist, parse_scontrol
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 START = ROOT / "scripts" / "slurm" / "start-test-cluster.sh"
 STOP = ROOT / "scripts" / "slurm" / "stop-test-cluster.sh"
 NODES = ("gpu-n01", "gpu-n02", "gpu-n03", "gpu-n04")
@@ -129,88 +128,3 @@ def cluster(slurm_cluster: Cluster):
     slurm_cluster.clean()
     yield slurm_cluster
     slurm_cluster.clean()
-
-
-class RecordingRunner:
-    """A real runner that remembers every command and can call a hook after each one."""
-
-    MUTATING = ("update", "requeue", "requeuehold", "release", "hold")
-
-    def __init__(self, inner, after: Callable[[CommandResult], None] | None = None) -> None:
-        self.inner = inner
-        self.after = after
-        self.calls: list[tuple[str, ...]] = []
-
-    def run(self, argv: Sequence[str], timeout_s: float) -> CommandResult:
-        res = self.inner.run(argv, timeout_s)
-        self.calls.append(tuple(argv))
-        if self.after is not None:
-            self.after(res)
-        return res
-
-    def mutating(self) -> list[tuple[str, ...]]:
-        return [c for c in self.calls if c[0] == "scancel"
-                or (c[0] == "scontrol" and len(c) > 1 and c[1] in self.MUTATING)]
-
-
-@pytest.fixture
-def recording():
-    return RecordingRunner
-
-
-def make_incident(inc_id: str, node: str | None, job_id: str | None, *, kinds: Sequence[str] = ("drain", "requeue"),
-                  cause: str = "XID 79 GPU has fallen off the bus", severity: str = "critical",
-                  confidence: float = 0.9, t_ns: int = 1_795_000_000_000_000_000) -> Incident:
-    acts = []
-    for k in kinds:
-        if k == "drain":
-            acts.append(ActionProposal("drain_node", node, "record_only", cause, inc_id))
-        elif k == "requeue":
-            acts.append(ActionProposal("requeue_job", job_id, "record_only", cause, inc_id,
-                                       (node,) if node else ()))
-        elif k == "cancel":
-            acts.append(ActionProposal("cancel_job", job_id, "record_only", cause, inc_id))
-        elif k == "investigate":
-            acts.append(ActionProposal("investigate", node, "record_only", cause, inc_id))
-    return Incident(id=inc_id, category="xid", cause=cause, severity=severity, node=node, gpu=3, job_id=job_id,
-                    xid=79, confidence=confidence, first_seen=t_ns, last_seen=t_ns + 5 * 10**9,
-                    detected_at=t_ns + 2 * 10**9, count=3, nodes=(node,) if node else (),
-                    evidence=(Evidence(t_ns, node, f"NVRM: Xid (PCI:0000:cb:00): 79, {cause}", "xid.79"),),
-                    candidates=(), actions=tuple(acts))
-
-
-@pytest.fixture
-def incident():
-    return make_incident
-
-
-class FakeClock:
-    def __init__(self, t: float = 1_795_000_000.0) -> None:
-        self.t = t
-
-    def __call__(self) -> float:
-        return self.t
-
-    def advance(self, s: float) -> None:
-        self.t += s
-
-
-@pytest.fixture
-def clock():
-    return FakeClock()
-
-
-@pytest.fixture
-def run_cli(capsys, monkeypatch):
-    """Run the real CLI entry point in-process: ``run_cli(*argv, slurm_conf=None) -> (rc, stdout, stderr)``."""
-    from recovery_logs.cli import main
-
-    def run(*argv: str, slurm_conf: str | None = None) -> tuple[int, str, str]:
-        if slurm_conf:
-            monkeypatch.setenv("SLURM_CONF", slurm_conf)
-        capsys.readouterr()
-        rc = main(list(argv))
-        out = capsys.readouterr()
-        return rc, out.out, out.err
-
-    return run

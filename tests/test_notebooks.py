@@ -10,7 +10,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))
 EXPECTED = ["01_incident_walkthrough", "02_fleet_health", "03_model_lab", "04_policy_backtest"]
 
