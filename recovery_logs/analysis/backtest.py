@@ -55,12 +55,11 @@ from recovery_logs.remediation.policy import (
     replay_policy,
 )
 from recovery_logs.schema import TIME
-from recovery_logs.timeutil import iso_to_ns, ns_to_iso
+from recovery_logs.timeutil import NS, iso_to_ns, ns_to_iso
 
 __all__ = ["DECISION_SCHEMA", "BacktestOptions", "BacktestResult", "Case", "backtest", "grade_against_truth",
            "load_cases", "max_concurrent", "rows_with_iso_times", "run_backtest"]
 
-NS = 1_000_000_000
 
 DECISION_SCHEMA: dict[str, pl.DataType] = {
     "case": pl.String, "incident_id": pl.String, "time": TIME, "root_rule": pl.String, "category": pl.String,

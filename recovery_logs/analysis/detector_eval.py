@@ -36,10 +36,9 @@ from recovery_logs.errors import InputError, TrainingDataError
 from recovery_logs.pipeline.engine import Engine
 from recovery_logs.pipeline.replay import replay
 from recovery_logs.schema import FINDING_SCHEMA
-from recovery_logs.timeutil import iso_to_ns, ns_to_iso
+from recovery_logs.timeutil import NS, iso_to_ns, ns_to_iso
 
 TRUTH = "truth.json"
-_NS = 1_000_000_000
 
 
 def scenario_dirs(root: str | Path) -> list[Path]:
@@ -154,10 +153,10 @@ def evaluate(root: str | Path, anomaly: Any = None, window: str = "60s") -> dict
             t_det = int(h["time"].dt.epoch("ns").min())
             wd = _first_watchdog(r.findings)
             if fault_t is not None:
-                latency["hang"].append((t_det - fault_t) / _NS)
+                latency["hang"].append((t_det - fault_t) / NS)
             if wd is not None:
-                leads.append((wd - t_det) / _NS)
-                row["hang_lead_over_watchdog_s"] = round((wd - t_det) / _NS, 1)
+                leads.append((wd - t_det) / NS)
+                row["hang_lead_over_watchdog_s"] = round((wd - t_det) / NS, 1)
         row["hang_findings"] = h.height
         # stragglers
         s = strag.detect(r.findings, r.windows, ctx)
@@ -169,7 +168,7 @@ def evaluate(root: str | Path, anomaly: Any = None, window: str = "60s") -> dict
             culprit_ok["straggler"][1] += 1
             culprit_ok["straggler"][0] += int(culprit in drains["host"].to_list())
             if fault_t is not None:
-                latency["straggler"].append((int(drains["time"].dt.epoch("ns").min()) - fault_t) / _NS)
+                latency["straggler"].append((int(drains["time"].dt.epoch("ns").min()) - fault_t) / NS)
         elif got:
             c["straggler"][1] += 1
         elif want:
@@ -188,7 +187,7 @@ def evaluate(root: str | Path, anomaly: Any = None, window: str = "60s") -> dict
                 after = novel.filter(pl.col("time").dt.epoch("ns") >= (fault_t or 0))
                 culprit_ok["anomaly"][0] += int(culprit in after["host"].to_list())
                 if fault_t is not None and after.height:
-                    latency["anomaly"].append((int(after["time"].dt.epoch("ns").min()) - fault_t) / _NS)
+                    latency["anomaly"].append((int(after["time"].dt.epoch("ns").min()) - fault_t) / NS)
             elif got:
                 c["anomaly"][1] += 1
             elif want:
@@ -232,14 +231,14 @@ def inject_novel_fault(src: str | Path, dst: str | Path, node: str | None = None
     kern = d / "nodes" / node / "kern.log"
     start = iso_to_ns(truth["start_time"])
     rng = np.random.default_rng(seed)
-    ts = np.sort(start + int(at_s * _NS) + rng.integers(0, int(span_s * _NS), lines))
+    ts = np.sort(start + int(at_s * NS) + rng.integers(0, int(span_s * NS), lines))
     out = []
     for t in ts:
-        tm = dt.datetime.fromtimestamp(int(t) // _NS, tz=dt.UTC)
+        tm = dt.datetime.fromtimestamp(int(t) // NS, tz=dt.UTC)
         tmpl = NOVEL_TEMPLATES[int(rng.integers(0, len(NOVEL_TEMPLATES)))]
         msg = tmpl.format(o=int(rng.integers(0, 64)), h=int(rng.integers(0, 2**24)), a=int(rng.integers(1, 9)),
                           b=int(rng.integers(1, 250)), p=int(rng.integers(1000, 99999)))
-        out.append(f"{tm:%b} {tm.day:2d} {tm:%H:%M:%S} {node} kernel: [{(t - start) / _NS + 3270000:.6f}] {msg}")
+        out.append(f"{tm:%b} {tm.day:2d} {tm:%H:%M:%S} {node} kernel: [{(t - start) / NS + 3270000:.6f}] {msg}")
     existing = kern.read_text().splitlines() if kern.exists() else []
     merged = sorted(existing + out, key=lambda line: line[:15])   # syslog lines sort by their timestamp
     kern.write_text("\n".join(merged) + "\n")
@@ -270,8 +269,8 @@ def evaluate_novel(roots: list[str | Path], anomaly: Any) -> dict[str, Any]:
             hit = None
             if culprit and fault_t is not None:
                 m = novel.filter((pl.col("host") == culprit) & (pl.col("time").dt.epoch("ns") >= fault_t)
-                                 & (pl.col("time").dt.epoch("ns") <= fault_t + 600 * _NS))
-                hit = None if m.is_empty() else (int(m["time"].dt.epoch("ns").min()) - fault_t) / _NS
+                                 & (pl.col("time").dt.epoch("ns") <= fault_t + 600 * NS))
+                hit = None if m.is_empty() else (int(m["time"].dt.epoch("ns").min()) - fault_t) / NS
             feats = pipeline_features(r.findings, r.windows)
             per.append({"scenario": d.name, "kind": truth.get("fault_kind"), "culprit": culprit,
                         "windows": feats.height, "flagged": novel.height,
@@ -296,7 +295,7 @@ def window_labels(features: pl.DataFrame, truth: dict[str, Any], after_s: float 
         return pl.Series("label", [False] * features.height)
     wn = window_ns(window)
     w = features["window_start"].dt.epoch("ns")
-    return ((features["host"] == culprit) & (w + wn >= ft) & (w <= ft + int(after_s * _NS))).fill_null(False).rename("label")
+    return ((features["host"] == culprit) & (w + wn >= ft) & (w <= ft + int(after_s * NS))).fill_null(False).rename("label")
 
 
 __all__ = ["KEYS", "PIPELINE_FEATURES", "Replayed", "evaluate", "evaluate_novel", "inject_novel_fault",

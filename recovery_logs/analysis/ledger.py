@@ -25,9 +25,7 @@ from typing import Any
 from recovery_logs.audit import AuditLog
 from recovery_logs.model import Incident
 from recovery_logs.sources.slurm import JobRecord
-from recovery_logs.timeutil import iso_to_ns
-
-NS = 1_000_000_000
+from recovery_logs.timeutil import NS, iso_to_ns
 
 
 @dataclass(frozen=True)

@@ -26,7 +26,7 @@ import polars as pl
 from recovery_logs.detectors.templates import add_template_columns
 from recovery_logs.errors import ConfigError
 from recovery_logs.schema import TIME, Category
-from recovery_logs.timeutil import parse_duration_s
+from recovery_logs.timeutil import NS, parse_duration_s
 
 KEYS = ["host", "job_id", "window_start"]
 CATEGORY_FEATURES = [f"cat_{c.value}" for c in Category if c not in (Category.ANOMALY,)]
@@ -47,14 +47,13 @@ EVENT_FEATURES = [
 ]
 ALL_FEATURES = FINDING_FEATURES + EVENT_FEATURES
 
-_NS = 1_000_000_000
 
 
 def window_ns(window: str | float) -> int:
     s = parse_duration_s(window) if isinstance(window, str) else float(window)
     if not s > 0:
         raise ConfigError("features: window must be a positive duration", window=window)
-    return int(round(s * _NS))
+    return int(round(s * NS))
 
 
 def _bucket(wn: int) -> pl.Expr:
@@ -133,7 +132,7 @@ def event_features(events: pl.DataFrame, window: str | float = "60s", baseline_w
         pl.col("_temp").max().alias("nvml_temp_max"), pl.col("_pow").mean().alias("nvml_power_mean"),
         pl.len().cast(pl.Float64).alias("nvml_samples"))
     df = agg.join(nva, on=["host", "job_id", "_w"], how="left", nulls_equal=True).with_columns(
-        (pl.col("n_events") / (wn / _NS)).alias("log_rate"),
+        (pl.col("n_events") / (wn / NS)).alias("log_rate"),
         (pl.col("new_templates") / pl.col("n_templates")).alias("new_template_frac"))
     df = _baseline_ratio(df.sort(["host", "job_id", "_w"], nulls_last=True), "log_rate", "log_rate_dev",
                          baseline_windows, log_diff=True)
@@ -151,7 +150,7 @@ def line_features(windows: pl.DataFrame, window: str | float = "60s", baseline_w
                                     "log_rate_z": pl.Float64})
     w = windows.select("host", "job_id", pl.col("window_start").alias("time"), "lines").with_columns(_bucket(wn))
     df = w.group_by(["host", "job_id", "_w"]).agg(pl.col("lines").sum().cast(pl.Float64).alias("n_events"))
-    df = df.with_columns((pl.col("n_events") / (wn / _NS)).alias("log_rate"))
+    df = df.with_columns((pl.col("n_events") / (wn / NS)).alias("log_rate"))
     df = _baseline_ratio(df.sort(["host", "job_id", "_w"], nulls_last=True), "log_rate", "log_rate_dev",
                          baseline_windows, log_diff=True)
     df = _poisson_z(df, "n_events", "log_rate_z", baseline_windows)

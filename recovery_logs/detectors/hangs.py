@@ -33,12 +33,11 @@ import polars as pl
 
 from recovery_logs.detectors.base import DetectContext, synthetic_findings, upto
 from recovery_logs.schema import empty_findings
-from recovery_logs.timeutil import ns_to_iso
+from recovery_logs.timeutil import NS, ns_to_iso
 
 log = logging.getLogger(__name__)
 
 NCCL_WATCHDOG_S = 600.0
-_NS = 1_000_000_000
 
 
 def _own_input(findings: pl.DataFrame) -> pl.DataFrame:
@@ -83,14 +82,14 @@ class HangDetector:
         self._log_quiet_jobs(f, ticks)
         w = ctx.watermark_ns
         g = (ticks.with_columns(
-                (pl.col("t").diff().over("job_id") / _NS).alias("interval_s"),
+                (pl.col("t").diff().over("job_id") / NS).alias("interval_s"),
                 pl.col("t").shift(-1).over("job_id").alias("next_t"),
                 pl.int_range(1, pl.len() + 1).over("job_id").alias("n_ticks"))
              .with_columns(pl.col("interval_s").rolling_median(self.cadence_window, min_samples=1)
                            .over("job_id").alias("median_s"))
              .with_columns(pl.max_horizontal(pl.lit(self.min_silence_s), self.factor * pl.col("median_s"))
                            .alias("threshold_s"))
-             .with_columns((pl.col("t") + (pl.col("threshold_s") * _NS).round().cast(pl.Int64)).alias("fire_t"))
+             .with_columns((pl.col("t") + (pl.col("threshold_s") * NS).round().cast(pl.Int64)).alias("fire_t"))
              .filter((pl.col("n_ticks") >= self.min_ticks) & (pl.col("fire_t") <= w)
                      & (pl.col("next_t").is_null() | (pl.col("next_t") > pl.col("fire_t")))))
         if g.is_empty():
@@ -148,7 +147,7 @@ class HangDetector:
         if wd.is_empty():
             return []
         first = int(wd["t"].min())
-        decide = first + int(self.watchdog_grace_s * _NS)
+        decide = first + int(self.watchdog_grace_s * NS)
         if decide > ctx.watermark_ns:
             return []
         reporters = set(wd.filter(pl.col("t") <= decide)["host"].drop_nulls().to_list())

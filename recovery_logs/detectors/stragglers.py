@@ -34,10 +34,9 @@ import polars as pl
 
 from recovery_logs.detectors.base import DetectContext, synthetic_findings, upto, with_rank
 from recovery_logs.schema import empty_findings
-from recovery_logs.timeutil import ns_to_iso
+from recovery_logs.timeutil import NS, ns_to_iso
 
 log = logging.getLogger(__name__)
-_NS = 1_000_000_000
 
 
 @dataclass(frozen=True)
@@ -53,7 +52,7 @@ class StragglerDetector:
 
     def window_scores(self, findings: pl.DataFrame, ctx: DetectContext) -> tuple[pl.DataFrame, pl.DataFrame]:
         """(rank scores, host scores) per job and complete window up to the watermark."""
-        wn = int(self.window_s * _NS)
+        wn = int(self.window_s * NS)
         p = (upto(findings, ctx.watermark_ns)
              .filter((pl.col("role") == "progress") & pl.col("job_id").is_not_null()
                      & ~pl.col("rule_id").fill_null("").str.starts_with("detector."))
@@ -120,7 +119,7 @@ class StragglerDetector:
         rs, hs = self.window_scores(findings, ctx)
         if rs.is_empty():
             return empty_findings()
-        wn = int(self.window_s * _NS)
+        wn = int(self.window_s * NS)
         rows = self._slow_nodes(hs, wn) + self._imbalance(rs, hs, wn)
         return synthetic_findings(self.name, rows) if rows else empty_findings()
 

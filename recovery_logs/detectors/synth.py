@@ -10,9 +10,9 @@ import numpy as np
 import polars as pl
 
 from recovery_logs.schema import EVENT_SCHEMA, FINDING_SCHEMA, conform
+from recovery_logs.timeutil import NS
 
 T0 = 1_795_000_000 * 1_000_000_000  # 2026-11-19T..Z, a fixed origin in ns
-_NS = 1_000_000_000
 
 
 def findings(rows: list[dict]) -> pl.DataFrame:
@@ -21,7 +21,7 @@ def findings(rows: list[dict]) -> pl.DataFrame:
     for i, r in enumerate(rows):
         d = dict(r)
         t = d.pop("t")
-        d["time"] = T0 + int(round(t * _NS))
+        d["time"] = T0 + int(round(t * NS))
         d.setdefault("seq", i)
         d.setdefault("file", "job.log")
         d.setdefault("source", "job")
@@ -71,7 +71,7 @@ def events(rows: list[dict]) -> pl.DataFrame:
     recs = []
     for i, r in enumerate(rows):
         d = dict(r)
-        d["time"] = T0 + int(round(d.pop("t") * _NS))
+        d["time"] = T0 + int(round(d.pop("t") * NS))
         d.setdefault("seq", i)
         d.setdefault("source", "job")
         d.setdefault("file", "job.log")

@@ -41,12 +41,12 @@ from recovery_logs.errors import ConfigError
 from recovery_logs.frames import incidents_frame, root_rule
 from recovery_logs.model import ActionProposal
 from recovery_logs.schema import HARDWARE_CATEGORIES, TIME
+from recovery_logs.timeutil import NS
 
 __all__ = ["FAILED_JOB_STATES", "GRADE_SCHEMA", "OUTCOME_SCHEMA", "PRECISION_SCHEMA", "PROPOSAL_SCHEMA",
            "grade_proposals", "grades_from_state", "outcomes_from_audit", "outcomes_from_incidents",
            "outcomes_from_jobs", "proposals_from_audit", "rule_precision"]
 
-NS = 1_000_000_000
 FAILED_JOB_STATES = frozenset({"FAILED", "NODE_FAIL", "TIMEOUT", "OUT_OF_MEMORY", "BOOT_FAIL", "CANCELLED"})
 NODE_KINDS = frozenset({"drain_node", "reset_gpu"})
 JOB_KINDS = frozenset({"requeue_job", "cancel_job"})

@@ -10,8 +10,9 @@ import numpy as np
 import polars as pl
 
 from recovery_logs.simulate import formats as fmt
-from recovery_logs.simulate.cluster import HCA_PCI, NS, Cluster
+from recovery_logs.simulate.cluster import HCA_PCI, Cluster
 from recovery_logs.simulate.script import Timeline
+from recovery_logs.timeutil import NS
 
 ROW_SCHEMA = {"t": pl.Int64, "host": pl.String, "stream": pl.String, "rank": pl.Int32, "msg": pl.String}
 

@@ -11,9 +11,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from recovery_logs.timeutil import iso_to_ns
+from recovery_logs.timeutil import NS, iso_to_ns
 
-NS = 1_000_000_000
 BASE_START = "2026-11-29T14:00:00Z"
 # HGX H100/B200 baseboard PCI bus numbers of the 8 GPUs, in nvidia-smi index order.
 HGX_BUS = ("18", "2a", "3a", "5d", "9a", "ab", "ba", "db")

@@ -18,8 +18,8 @@ import time as _time
 import polars as pl
 
 from recovery_logs.schema import TIME
+from recovery_logs.timeutil import NS
 
-NS = 1_000_000_000
 MONTHS = ("Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec")
 
 # Which file and which VictoriaLogs unit each stream goes to.

@@ -22,11 +22,11 @@ import polars as pl
 from recovery_logs.errors import ConfigError
 from recovery_logs.simulate import script as sc
 from recovery_logs.simulate.background import ROW_SCHEMA, chunk_background
-from recovery_logs.simulate.cluster import NS, Cluster, make_cluster, stable_hash
+from recovery_logs.simulate.cluster import Cluster, make_cluster, stable_hash
 from recovery_logs.simulate.scenarios import JOB_SIDE, SCENARIOS, SLOW_SCENARIOS, Fault, Spec
 from recovery_logs.simulate.writer import TextSink, VLSink, add_noise, chunk_bounds
 from recovery_logs.sources.victorialogs import VictoriaLogsClient, parse_url
-from recovery_logs.timeutil import ns_to_iso
+from recovery_logs.timeutil import NS, ns_to_iso
 
 FORMATS = ("text", "vl-jsonl", "both")
 WARM_S = 240.0          # start-up plus a progress baseline before any fault

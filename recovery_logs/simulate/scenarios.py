@@ -14,8 +14,9 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from recovery_logs.simulate import script as sc
-from recovery_logs.simulate.cluster import HCA_PCI, IB_NETDEV, NS
+from recovery_logs.simulate.cluster import HCA_PCI, IB_NETDEV
 from recovery_logs.simulate.script import Script
+from recovery_logs.timeutil import NS
 
 HW_ACTIONS = ("drain_node", "requeue_job", "reset_gpu")
 USER_ACTIONS = ("none", "investigate", "cancel_job")

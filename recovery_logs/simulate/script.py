@@ -13,7 +13,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from recovery_logs.simulate import formats as fmt
-from recovery_logs.simulate.cluster import NS, Cluster
+from recovery_logs.simulate.cluster import Cluster
+from recovery_logs.timeutil import NS
 
 NCCL_VERSION = "2.21.5"
 WATCHDOG_MS = 600_000

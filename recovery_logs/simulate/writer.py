@@ -23,7 +23,8 @@ import numpy as np
 import polars as pl
 
 from recovery_logs.simulate import formats as fmt
-from recovery_logs.simulate.cluster import NS, Cluster
+from recovery_logs.simulate.cluster import Cluster
+from recovery_logs.timeutil import NS
 
 INVALID_UTF8 = "\u0001INVALID-UTF8\u0001"   # replaced by raw invalid bytes in text files
 GARBAGE = ("\x00\x00\x00\x00\x00\x00\x00\x00", "\x1b[A\x1b[2K\r", "\u2588" * 40 + "| 3071/8192 [12:47<21:19]",

@@ -27,8 +27,8 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from recovery_logs.errors import SlurmError, SlurmUnavailable
+from recovery_logs.timeutil import NS
 
-NS = 1_000_000_000
 FINISHED_STATES = frozenset({"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY",
                              "PREEMPTED", "BOOT_FAIL", "DEADLINE", "REVOKED", "SPECIAL_EXIT"})
 _UNAVAILABLE = ("Unable to contact slurm controller", "Connection refused", "Socket timed out",

@@ -14,8 +14,8 @@ from recovery_logs.detectors import synth
 from recovery_logs.detectors.base import DetectContext
 from recovery_logs.detectors.hangs import HangDetector, lead_times
 from recovery_logs.schema import FINDING_SCHEMA
+from recovery_logs.timeutil import NS
 
-NS = 1_000_000_000
 DET = HangDetector()
 NONE = pl.DataFrame()
 

@@ -19,8 +19,8 @@ from recovery_logs.detectors.iforest import AnomalyDetector, WindowIsolationFore
 from recovery_logs.detectors.modelio import MODEL_FILE, SIDECAR_FILE, load_artifact, save_artifact
 from recovery_logs.errors import ModelError, TrainingDataError
 from recovery_logs.schema import FINDING_SCHEMA
+from recovery_logs.timeutil import NS
 
-NS = 1_000_000_000
 FEATS = ["a", "b", "c"]
 
 

@@ -13,8 +13,8 @@ from recovery_logs.detectors import synth
 from recovery_logs.detectors.base import DetectContext
 from recovery_logs.detectors.stragglers import StragglerDetector
 from recovery_logs.schema import FINDING_SCHEMA
+from recovery_logs.timeutil import NS
 
-NS = 1_000_000_000
 DET = StragglerDetector()
 HOSTS = ["n0", "n1", "n2", "n3"]
 NONE = pl.DataFrame()

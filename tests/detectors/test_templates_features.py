@@ -20,8 +20,7 @@ from recovery_logs.detectors.features import (
 from recovery_logs.detectors.templates import TemplateMiner, mine
 from recovery_logs.errors import ConfigError
 from recovery_logs.schema import TIME
-
-NS = 1_000_000_000
+from recovery_logs.timeutil import NS
 
 
 @pytest.mark.parametrize(("message", "template"), [

@@ -18,9 +18,9 @@ from recovery_logs.sources.slurm import (
     parse_sacct_parsable,
     parse_scontrol,
 )
+from recovery_logs.timeutil import NS
 
 DATA = Path(__file__).resolve().parents[1] / "fixtures" / "slurm"
-NS = 10**9
 
 
 def test_sacct_json_fixture():

@@ -18,10 +18,9 @@ from recovery_logs.sources.history import history_rows
 from recovery_logs.sources.rowkeys import Deduper, record_key, vl_time_ns
 from recovery_logs.sources.tail import VLFollower
 from recovery_logs.sources.victorialogs import VictoriaLogsClient
-from recovery_logs.timeutil import iso_to_ns
+from recovery_logs.timeutil import NS, iso_to_ns
 
 vlserver = sys.modules["recovery_logs_tests_vlserver"]
-NS = 1_000_000_000
 
 
 def test_vl_time_ns_keeps_nanoseconds():

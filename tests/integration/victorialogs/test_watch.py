@@ -20,9 +20,9 @@ from recovery_logs.pipeline.engine import Engine
 from recovery_logs.pipeline.watch import Watcher, WatchOptions, compose_query, parse_sources
 from recovery_logs.sources.files import ReadOptions, events_from_vl_records
 from recovery_logs.sources.rowkeys import vl_time_ns
+from recovery_logs.timeutil import NS
 
 vlserver = sys.modules["recovery_logs_tests_vlserver"]
-NS = 1_000_000_000
 _ENGINES: dict[str, Engine] = {}
 
 
