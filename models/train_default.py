@@ -33,10 +33,10 @@ from recovery_logs.analysis.detector_eval import (
     _before_fault,
     evaluate_novel,
     inject_novel_fault,
-    scenario_dirs,
     training_frame,
     window_labels,
 )
+from recovery_logs.analysis.truth import scenario_dirs
 from recovery_logs.detectors.features import MODEL_FEATURES
 from recovery_logs.detectors.iforest import AnomalyDetector, WindowIsolationForest
 from recovery_logs.simulate import SimOptions, scenario_names, simulate

@@ -44,7 +44,7 @@ from typing import Any
 
 import polars as pl
 
-from recovery_logs.analysis.truth import load_truth
+from recovery_logs.analysis.truth import load_truth, scenario_dirs
 from recovery_logs.audit import load_audit
 from recovery_logs.config import EngineConfig
 from recovery_logs.errors import ConfigError
@@ -85,8 +85,7 @@ def _bundled_dir() -> Path:
 
 def bundled_incident_names() -> list[str]:
     """Names of the incidents shipped with the package (``recovery-logs demo --list``)."""
-    d = _bundled_dir()
-    return sorted(p.name for p in d.iterdir() if p.is_dir() and (p / "truth.json").is_file())
+    return [d.name for d in scenario_dirs(_bundled_dir())]
 
 
 def bundled_incident(name: str) -> Path:

@@ -37,7 +37,7 @@ from rich.console import Group
 from rich.table import Table
 from rich.text import Text
 
-from recovery_logs.analysis.truth import load_truth
+from recovery_logs.analysis.truth import load_truth, scenario_dirs
 from recovery_logs.config import EngineConfig
 from recovery_logs.detectors.rulepack import load_packs
 from recovery_logs.errors import ConfigError, InputError
@@ -100,13 +100,8 @@ class BacktestOptions:
 
 # ---------------------------------------------------------------------------- cases
 def _case_dirs(p: Path) -> list[tuple[str, list[Path], Path | None]]:
-    if (p / "truth.json").is_file():
-        return [(p.name, [p], p)]
-    if p.is_dir():
-        subs = sorted(d for d in p.iterdir() if d.is_dir() and (d / "truth.json").is_file())
-        if subs:
-            return [(d.name, [d], d) for d in subs]
-    return [(p.name, [p], None)]
+    dirs = scenario_dirs(p)
+    return [(d.name, [d], d) for d in dirs] if dirs else [(p.name, [p], None)]
 
 
 def load_cases(data: Sequence[str | Path], config: EngineConfig | None = None) -> list[Case]:

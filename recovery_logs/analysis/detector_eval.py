@@ -1,6 +1,6 @@
 """Training data and evaluation for the behavioural detectors, on simulator output.
 
-* ``scenario_dirs(root)`` — directories holding a ``truth.json`` (root itself or its children).
+* ``analysis.truth.scenario_dirs(root)`` — directories holding a ``truth.json`` (root itself or its children).
 * ``replay_rules(path)`` — rule findings and the windows frame of one scenario (engine with no
   behavioural detectors, so each detector can be run and scored on its own).
 * ``training_frame(paths, window)`` — ``features.pipeline_features`` rows from scenario dirs,
@@ -27,25 +27,17 @@ from typing import Any
 import numpy as np
 import polars as pl
 
+from recovery_logs.analysis.truth import TRUTH_FILE, load_truth, scenario_dirs
 from recovery_logs.config import EngineConfig
 from recovery_logs.detectors.base import DetectContext
 from recovery_logs.detectors.features import KEYS, PIPELINE_FEATURES, pipeline_features, window_ns
 from recovery_logs.detectors.hangs import HangDetector
 from recovery_logs.detectors.stragglers import StragglerDetector
-from recovery_logs.errors import InputError, TrainingDataError
+from recovery_logs.errors import TrainingDataError
 from recovery_logs.pipeline.engine import Engine
 from recovery_logs.pipeline.replay import replay
 from recovery_logs.schema import FINDING_SCHEMA
 from recovery_logs.timeutil import NS, iso_to_ns, ns_to_iso
-
-TRUTH = "truth.json"
-
-
-def scenario_dirs(root: str | Path) -> list[Path]:
-    r = Path(root)
-    if (r / TRUTH).is_file():
-        return [r]
-    return sorted(p for p in r.iterdir() if p.is_dir() and (p / TRUTH).is_file()) if r.is_dir() else []
 
 
 @dataclass
@@ -63,12 +55,7 @@ def replay_rules(path: str | Path) -> Replayed:
     p = Path(path)
     eng = Engine(EngineConfig(), detectors=[])
     res = replay([p], engine=eng)
-    truth = None
-    if (p / TRUTH).is_file():
-        try:
-            truth = json.loads((p / TRUTH).read_text())
-        except ValueError as exc:
-            raise InputError("evaluation: truth.json is not valid JSON", path=str(p / TRUTH)) from exc
+    truth = load_truth(p)
     return Replayed(p, res.engine.findings, res.engine.windows, truth, int(res.engine.max_time_ns or 0))
 
 
@@ -226,7 +213,8 @@ def inject_novel_fault(src: str | Path, dst: str | Path, node: str | None = None
     if d.exists():
         shutil.rmtree(d)
     shutil.copytree(s, d)
-    truth = json.loads((d / TRUTH).read_text())
+    truth = load_truth(d, strict=True)
+    assert truth is not None   # strict: a missing truth.json raised
     node = node or sorted(truth["nodes"])[-1]
     kern = d / "nodes" / node / "kern.log"
     start = iso_to_ns(truth["start_time"])
@@ -247,7 +235,7 @@ def inject_novel_fault(src: str | Path, dst: str | Path, node: str | None = None
                   "culprit_gpu": None, "node_fault": True, "xid": None, "fault_time": ns_to_iso(fault_t),
                   "decisive_time": ns_to_iso(fault_t), "expect_incident": True,
                   "acceptable_actions": ["investigate"]})
-    (d / TRUTH).write_text(json.dumps(truth, indent=2) + "\n")
+    (d / TRUTH_FILE).write_text(json.dumps(truth, indent=2) + "\n")
     return truth
 
 
@@ -299,4 +287,4 @@ def window_labels(features: pl.DataFrame, truth: dict[str, Any], after_s: float 
 
 
 __all__ = ["KEYS", "PIPELINE_FEATURES", "Replayed", "evaluate", "evaluate_novel", "inject_novel_fault",
-           "replay_rules", "scenario_dirs", "training_frame", "window_labels"]
+           "replay_rules", "training_frame", "window_labels"]

@@ -19,7 +19,6 @@ A missing or corrupt ``truth.json`` is reported for that directory and the rest 
 
 from __future__ import annotations
 
-import json
 import statistics
 import time
 from collections.abc import Callable
@@ -27,6 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from recovery_logs.analysis.truth import load_truth, scenario_dirs
 from recovery_logs.detectors.rulepack import load_packs
 from recovery_logs.errors import ConfigError, EvalFloorMissed, InputError, RecoveryLogsError
 from recovery_logs.pipeline.engine import Engine
@@ -35,9 +35,6 @@ from recovery_logs.schema import HARDWARE_CATEGORIES
 from recovery_logs.sources.files import ReadOptions
 from recovery_logs.timeutil import iso_to_ns
 
-TRUTH_FILE = "truth.json"
-TRUTH_KEYS = ("scenario", "fault_kind", "category", "culprit_node", "culprit_gpu", "fault_time", "decisive_time",
-              "acceptable_actions", "never_drain", "job_id", "nodes", "expect_incident")
 DISRUPTIVE = frozenset({"drain_node", "requeue_job", "cancel_job", "reset_gpu"})
 INPUTS = ("auto", "text", "vl")
 TEXT_GLOBS = ("nodes/*/*.log", "nodes/*/*.log.gz", "job-*/*.out", "job-*/*.err")
@@ -104,46 +101,6 @@ class EvalReport:
     def to_dict(self) -> dict[str, Any]:
         return {"ok": self.ok, "missed": self.missed, "totals": self.totals,
                 "scenarios": [s.to_dict() for s in self.scores]}
-
-
-# ---- discovery and truth ------------------------------------------------------------------------
-
-def discover(root: Path) -> list[Path]:
-    """Scenario directories under ``root`` (``root`` itself when it holds a truth.json)."""
-    if not root.exists():
-        raise InputError("eval: directory does not exist", path=str(root))
-    if not root.is_dir():
-        raise InputError("eval: not a directory", path=str(root))
-    if (root / TRUTH_FILE).exists():
-        return [root]
-    out = [d for d in sorted(root.iterdir()) if d.is_dir() and (
-        (d / TRUTH_FILE).exists() or (d / "nodes").is_dir() or (d / "vl.jsonl").exists()
-        or any(d.glob("job-*")))]
-    if not out:
-        raise InputError("eval: no scenario directories (with truth.json) found", path=str(root))
-    return out
-
-
-def load_truth(d: Path) -> dict[str, Any]:
-    p = d / TRUTH_FILE
-    try:
-        truth = json.loads(p.read_text(encoding="utf-8"))
-    except FileNotFoundError as exc:
-        raise InputError("eval: truth.json is missing", path=str(p)) from exc
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise InputError(f"eval: truth.json is unreadable or not JSON: {exc}", path=str(p)) from exc
-    if not isinstance(truth, dict):
-        raise InputError("eval: truth.json is not a JSON object", path=str(p))
-    missing = [k for k in TRUTH_KEYS if k not in truth]
-    if missing:
-        raise InputError("eval: truth.json lacks required keys", path=str(p), missing=missing)
-    for k in ("fault_time", "decisive_time"):
-        if truth[k] is not None:
-            try:
-                iso_to_ns(str(truth[k]))
-            except ValueError as exc:
-                raise InputError(f"eval: truth.json {k} is not an RFC3339 time", path=str(p), value=truth[k]) from exc
-    return truth
 
 
 def scenario_inputs(d: Path, kind: str) -> list[Path]:
@@ -308,10 +265,12 @@ def evaluate(root: str | Path, options: EvalOptions | None = None,
     t0 = time.perf_counter()
     run = o.replay or PipelineReplay()
     scores: list[ScenarioScore] = []
-    for d in discover(Path(root)):
+    for d in scenario_dirs(root, strict=True):
         sc = ScenarioScore(name=d.name, path=str(d))
         try:
-            sc.truth = load_truth(d)
+            truth = load_truth(d, strict=True)
+            assert truth is not None   # strict: a missing truth.json raised
+            sc.truth = truth
             sc.name = str(sc.truth.get("scenario") or d.name)
             paths = scenario_inputs(d, o.input)
             t1 = time.perf_counter()
@@ -329,5 +288,5 @@ def evaluate(root: str | Path, options: EvalOptions | None = None,
     return EvalReport(scores=scores, totals=t, missed=floors(t, o))
 
 
-__all__ = ["EvalFloorMissed", "EvalOptions", "EvalReport", "PipelineReplay", "ScenarioScore", "discover", "evaluate", "floors", "load_truth", "per_category", "score",
+__all__ = ["EvalFloorMissed", "EvalOptions", "EvalReport", "PipelineReplay", "ScenarioScore", "evaluate", "floors", "per_category", "score",
            "scenario_inputs", "totals"]

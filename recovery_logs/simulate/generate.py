@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 import polars as pl
 
+from recovery_logs.analysis.truth import TRUTH_FILE
 from recovery_logs.errors import ConfigError
 from recovery_logs.simulate import script as sc
 from recovery_logs.simulate.background import ROW_SCHEMA, chunk_background
@@ -30,7 +31,6 @@ from recovery_logs.timeutil import NS, ns_to_iso
 
 FORMATS = ("text", "vl-jsonl", "both")
 WARM_S = 240.0          # start-up plus a progress baseline before any fault
-TRUTH_FILE = "truth.json"
 
 
 @dataclass(frozen=True)
