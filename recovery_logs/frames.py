@@ -161,10 +161,12 @@ def _t(s: str | None) -> int | None:
 
 
 def rows_frame(rows: list[dict[str, Any]], schema: dict[str, pl.DataType]) -> pl.DataFrame:
-    """Row dicts -> a frame of ``schema``; ``TIME`` columns are given as integer ns."""
+    """Row dicts -> a frame of exactly ``schema`` (a missing key is null, other keys are dropped);
+    ``TIME`` columns are given as integer ns. The one row-to-frame helper of the package."""
     time_cols = [k for k, v in schema.items() if v == TIME]
     raw = {k: (pl.Int64 if k in time_cols else v) for k, v in schema.items()}
-    df = pl.DataFrame(rows, schema=raw, orient="row") if rows else pl.DataFrame(schema=raw)
+    df = pl.DataFrame([{k: r.get(k) for k in schema} for r in rows], schema=raw, orient="row") if rows else \
+        pl.DataFrame(schema=raw)
     return df.with_columns([pl.col(c).cast(pl.Datetime("ns")).dt.replace_time_zone("UTC").cast(TIME)
                             for c in time_cols])
 

@@ -13,7 +13,9 @@ Times are always timezone-aware UTC with nanosecond precision (``pl.Datetime("ns
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from enum import StrEnum
+from typing import Any
 
 import polars as pl
 
@@ -176,6 +178,19 @@ def conform(df: pl.DataFrame, schema: dict[str, pl.DataType]) -> pl.DataFrame:
         else:
             exprs.append(pl.lit(None, dtype=dtype).alias(name))
     return df.select(exprs)
+
+
+def records_frame(rows: Sequence[Mapping[str, Any]], schema: dict[str, pl.DataType]) -> pl.DataFrame:
+    """Records (dicts, ``time`` as integer ns since the epoch) -> a frame conformed to ``schema``
+    (``EVENT_SCHEMA``, ``FINDING_SCHEMA``): types inferred over all rows, then cast; missing
+    columns are null, other keys dropped."""
+    if not rows:
+        return pl.DataFrame(schema=schema)
+    has_time = any("time" in r for r in rows)
+    df = pl.DataFrame(list(rows), schema_overrides={"time": pl.Int64} if has_time else None, infer_schema_length=None)
+    if has_time:
+        df = df.with_columns(pl.col("time").cast(pl.Int64).cast(pl.Datetime("ns")).dt.replace_time_zone("UTC"))
+    return conform(df, schema)
 
 
 def own_strings(df: pl.DataFrame) -> pl.DataFrame:

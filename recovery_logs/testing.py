@@ -12,7 +12,7 @@ from typing import Any
 import polars as pl
 
 from recovery_logs.model import ActionProposal, Evidence, Incident
-from recovery_logs.schema import EVENT_SCHEMA, FINDING_SCHEMA, conform
+from recovery_logs.schema import EVENT_SCHEMA, FINDING_SCHEMA, records_frame
 from recovery_logs.sources.slurm import CommandResult, CommandRunner
 from recovery_logs.timeutil import iso_to_ns
 
@@ -36,13 +36,7 @@ def _frame(rows: Sequence[dict[str, Any]], schema: dict[str, pl.DataType], seq_s
         r.setdefault("line", n + 1)
         r.setdefault("file", "test")
         r.setdefault("source", "other")
-    overrides = {k: v for k, v in schema.items() if k != "time"}
-    overrides["time"] = pl.Int64
-    df = pl.DataFrame(rows, schema_overrides={k: v for k, v in overrides.items() if any(k in r for r in rows)},
-                      infer_schema_length=None)
-    if "time" in df.columns:
-        df = df.with_columns(pl.col("time").cast(pl.Int64).cast(pl.Datetime("ns")).dt.replace_time_zone("UTC"))
-    return conform(df, schema)
+    return records_frame(rows, schema)
 
 
 def make_events(rows: Sequence[dict[str, Any]], seq_start: int = 0) -> pl.DataFrame:

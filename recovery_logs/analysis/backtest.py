@@ -41,7 +41,7 @@ from recovery_logs.analysis.truth import load_truth, scenario_dirs
 from recovery_logs.config import EngineConfig
 from recovery_logs.detectors.rulepack import load_packs
 from recovery_logs.errors import ConfigError, InputError
-from recovery_logs.frames import incident_dicts, root_rule
+from recovery_logs.frames import incident_dicts, root_rule, rows_frame
 from recovery_logs.pipeline.engine import Engine
 from recovery_logs.pipeline.replay import ReplayOptions, replay
 from recovery_logs.remediation.gate import PromotionGate
@@ -192,11 +192,11 @@ def backtest(cases: Sequence[Case], policy: PolicyConfig, options: BacktestOptio
     # grades: truth where known, else later outcomes (other incidents on the same node, given outcomes)
     inc_rows = [{"incident_id": f"{r['case']}:{r['incident_id']}", "category": r["category"], "node": r["node"],
                  "first_seen": r["first_seen"]} for r in rows]
-    inc = _frame(inc_rows, {"incident_id": pl.String, "category": pl.String, "node": pl.String, "first_seen": TIME})
+    inc = rows_frame(inc_rows, {"incident_id": pl.String, "category": pl.String, "node": pl.String, "first_seen": TIME})
     outs = outcomes_from_incidents(inc.unique("incident_id"))
     if outcomes is not None:
         outs = pl.concat([outs, outcomes.select(outs.columns).cast(outs.schema)])
-    prop = _frame([{"incident_id": f"{r['case']}:{r['incident_id']}", "action_id": f"{r['case']}:{n}",
+    prop = rows_frame([{"incident_id": f"{r['case']}:{r['incident_id']}", "action_id": f"{r['case']}:{n}",
                     "time": r["time"], "root_rule": r["root_rule"], "category": r["category"], "node": r["node"],
                     "job_id": r["job_id"], "kind": r["kind"], "target": r["target"]} for n, r in enumerate(rows)],
                   {"incident_id": pl.String, "action_id": pl.String, "time": TIME, "root_rule": pl.String,
@@ -212,7 +212,7 @@ def backtest(cases: Sequence[Case], policy: PolicyConfig, options: BacktestOptio
         for n, r in enumerate(rows):
             if r["kind"] not in EXECUTABLE_KINDS:
                 continue
-            past = _frame([{"incident_id": f"{q['case']}:{q['incident_id']}", "root_rule": q["root_rule"],
+            past = rows_frame([{"incident_id": f"{q['case']}:{q['incident_id']}", "root_rule": q["root_rule"],
                             "grade": q["grade"]} for q in rows if q["time"] < r["time"]],
                           {"incident_id": pl.String, "root_rule": pl.String, "grade": pl.String})
             if not opts.gate.allows(r["root_rule"], past):
@@ -233,18 +233,10 @@ def backtest(cases: Sequence[Case], policy: PolicyConfig, options: BacktestOptio
                                          "kind", "target", "grade", "basis")},
                     "decision": dec, "outcome": _outcome(dec, reason, r["kind"]), "reason": reason,
                     "breaker_trip": trip})
-    decisions = _frame(out, DECISION_SCHEMA)
+    decisions = rows_frame(out, DECISION_SCHEMA)
     hold = opts.drain_hold_s if opts.drain_hold_s is not None else pol.breaker_window_s
     return BacktestResult(decisions=decisions, policy=pol, options=opts, cluster_nodes=nodes,
                           cases=len(cases), incidents=sum(len(c.incidents) for c in cases), drain_hold_s=hold)
-
-
-def _frame(rows: list[dict[str, Any]], schema: dict[str, pl.DataType]) -> pl.DataFrame:
-    raw = {k: (pl.Int64 if v == TIME else v) for k, v in schema.items()}
-    df = pl.DataFrame([{k: r.get(k) for k in schema} for r in rows], schema=raw, orient="row") if rows else \
-        pl.DataFrame(schema=raw)
-    return df.with_columns([pl.col(k).cast(pl.Datetime("ns")).dt.replace_time_zone("UTC").cast(TIME)
-                            for k, v in schema.items() if v == TIME])
 
 
 def rows_with_iso_times(df: pl.DataFrame) -> list[dict[str, Any]]:

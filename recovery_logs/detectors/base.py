@@ -23,7 +23,7 @@ from typing import Protocol, runtime_checkable
 
 import polars as pl
 
-from recovery_logs.schema import FINDING_SCHEMA, conform, empty_findings
+from recovery_logs.schema import FINDING_SCHEMA, empty_findings, records_frame
 
 
 @dataclass(frozen=True)
@@ -75,11 +75,7 @@ def synthetic_findings(name: str, rows: list[dict]) -> pl.DataFrame:
             "gpu": r.get("gpu"),
             "detail": None if detail is None else json.dumps(detail, sort_keys=True, default=str),
         })
-    df = pl.DataFrame(recs, schema_overrides={"time": pl.Int64, "seq": pl.Int64, "step": pl.Int64,
-                                              "rank": pl.Int32, "gpu": pl.Int32})
-    df = df.with_columns(pl.col("time").cast(pl.Datetime("ns")).dt.replace_time_zone("UTC"))
-    df = conform(df, FINDING_SCHEMA)
-    return df.sort(["time", "job_id", "host", "message"], nulls_last=True)
+    return records_frame(recs, FINDING_SCHEMA).sort(["time", "job_id", "host", "message"], nulls_last=True)
 
 
 def upto(findings: pl.DataFrame, watermark_ns: int) -> pl.DataFrame:

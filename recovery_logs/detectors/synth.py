@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 import polars as pl
 
-from recovery_logs.schema import EVENT_SCHEMA, FINDING_SCHEMA, conform
+from recovery_logs.schema import EVENT_SCHEMA, FINDING_SCHEMA, records_frame
 from recovery_logs.timeutil import NS
 
 T0 = 1_795_000_000 * 1_000_000_000  # 2026-11-19T..Z, a fixed origin in ns
@@ -26,11 +26,7 @@ def findings(rows: list[dict]) -> pl.DataFrame:
         d.setdefault("file", "job.log")
         d.setdefault("source", "job")
         recs.append(d)
-    if not recs:
-        return pl.DataFrame(schema=FINDING_SCHEMA)
-    df = pl.DataFrame(recs, infer_schema_length=None)
-    df = df.with_columns(pl.col("time").cast(pl.Datetime("ns")).dt.replace_time_zone("UTC"))
-    return conform(df, FINDING_SCHEMA)
+    return records_frame(recs, FINDING_SCHEMA)
 
 
 def progress(job: str, host: str, step: int, t: float, step_time_s: float | None = None,
@@ -77,11 +73,7 @@ def events(rows: list[dict]) -> pl.DataFrame:
         d.setdefault("file", "job.log")
         d.setdefault("line", i + 1)
         recs.append(d)
-    if not recs:
-        return pl.DataFrame(schema=EVENT_SCHEMA)
-    df = pl.DataFrame(recs, infer_schema_length=None)
-    df = df.with_columns(pl.col("time").cast(pl.Datetime("ns")).dt.replace_time_zone("UTC"))
-    return conform(df, EVENT_SCHEMA)
+    return records_frame(recs, EVENT_SCHEMA)
 
 
 __all__ = ["T0", "events", "findings", "progress", "training_job"]

@@ -38,7 +38,7 @@ import polars as pl
 
 from recovery_logs.audit import load_audit
 from recovery_logs.errors import ConfigError
-from recovery_logs.frames import incidents_frame, root_rule
+from recovery_logs.frames import incidents_frame, root_rule, rows_frame
 from recovery_logs.model import ActionProposal
 from recovery_logs.schema import HARDWARE_CATEGORIES, TIME
 from recovery_logs.timeutil import NS
@@ -79,10 +79,6 @@ def _ns(col: str) -> pl.Expr:
     return pl.col(col).dt.epoch("ns")
 
 
-def _to_time(values: list[int | None]) -> pl.Series:
-    return pl.Series(values, dtype=pl.Int64).cast(pl.Datetime("ns")).dt.replace_time_zone("UTC").cast(TIME)
-
-
 def _proposals(df: pl.DataFrame) -> pl.DataFrame:
     if "action_id" not in df.columns:
         ids = [ActionProposal(k, t, "", "", i).idempotency_key for k, t, i in
@@ -107,14 +103,10 @@ def proposals_from_audit(audit: pl.DataFrame) -> pl.DataFrame:
                                       .select("incident_id", "action_id", _ns("time"), "action_kind", "target")
                                       .iter_rows()):
         d = inc.get(iid, {})
-        rows.append((iid, aid, t, root_rule(d) if d else "unknown", d.get("category"), d.get("node"),
-                     d.get("job_id"), kind, target))
-    if not rows:
-        return _empty(PROPOSAL_SCHEMA)
-    cols = list(zip(*rows, strict=True))
-    return pl.DataFrame({c: (_to_time(list(v)) if c == "time" else list(v)) for c, v in zip(PROPOSAL_SCHEMA, cols,
-                                                                                           strict=True)},
-                        schema=PROPOSAL_SCHEMA)
+        rows.append({"incident_id": iid, "action_id": aid, "time": t, "root_rule": root_rule(d) if d else "unknown",
+                     "category": d.get("category"), "node": d.get("node"), "job_id": d.get("job_id"), "kind": kind,
+                     "target": target})
+    return rows_frame(rows, PROPOSAL_SCHEMA)
 
 
 def outcomes_from_audit(audit: pl.DataFrame) -> pl.DataFrame:
