@@ -22,10 +22,10 @@ from pathlib import Path
 
 
 def _replay_child(scenario_dir: str) -> None:
-    from recovery_logs.analysis.evaluate import EvalOptions, evaluate
+    from recovery_logs.analysis.evaluate import EvalOptions, evaluate_engine
 
     t0 = time.perf_counter()
-    rep = evaluate(scenario_dir, EvalOptions(max_errors=99))
+    rep = evaluate_engine(scenario_dir, EvalOptions(max_errors=99))
     s = rep.scores[0]
     out = {"wall_s": time.perf_counter() - t0, "error": s.error, **{k: v for k, v in s.metrics.items() if k != "top"},
            "top": s.metrics.get("top"), "maxrss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}

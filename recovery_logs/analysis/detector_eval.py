@@ -5,7 +5,7 @@
   behavioural detectors, so each detector can be run and scored on its own).
 * ``training_frame(paths, window)`` — ``features.pipeline_features`` rows from scenario dirs,
   log dirs, or Parquet files (feature frames or findings frames).
-* ``evaluate(root, ...)`` — per scenario and in total, for the hang, straggler and anomaly
+* ``evaluate_detectors(root, ...)`` — per scenario and in total, for the hang, straggler and anomaly
   detectors: precision / recall, culprit accuracy, detection latency and, for hangs, lead time
   over the NCCL watchdog (the first watchdog line the scenario logs).
 * ``inject_novel_fault(src, dst, ...)`` — copies a scenario and adds a burst of log lines that no
@@ -112,7 +112,7 @@ def _score(tp: int, fp: int, fn: int) -> dict[str, Any]:
     return {"tp": tp, "fp": fp, "fn": fn, "precision": prec, "recall": rec}
 
 
-def evaluate(root: str | Path, anomaly: Any = None, window: str = "60s") -> dict[str, Any]:
+def evaluate_detectors(root: str | Path, anomaly: Any = None, window: str = "60s") -> dict[str, Any]:
     """Score HangDetector, StragglerDetector and (if given) an AnomalyDetector on every scenario."""
 
     hang, strag = HangDetector(), StragglerDetector()
@@ -286,5 +286,5 @@ def window_labels(features: pl.DataFrame, truth: dict[str, Any], after_s: float 
     return ((features["host"] == culprit) & (w + wn >= ft) & (w <= ft + int(after_s * NS))).fill_null(False).rename("label")
 
 
-__all__ = ["KEYS", "PIPELINE_FEATURES", "Replayed", "evaluate", "evaluate_novel", "inject_novel_fault",
+__all__ = ["KEYS", "PIPELINE_FEATURES", "Replayed", "evaluate_detectors", "evaluate_novel", "inject_novel_fault",
            "replay_rules", "training_frame", "window_labels"]

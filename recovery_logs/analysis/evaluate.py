@@ -1,6 +1,6 @@
 """Evaluation harness: replay every simulated scenario and score the engine against its truth.
 
-``evaluate(root, EvalOptions())`` finds scenario directories (each with a ``truth.json`` written by
+``evaluate_engine(root, EvalOptions())`` finds scenario directories (each with a ``truth.json`` written by
 ``recovery_logs.simulate``), replays each with ``recovery_logs.pipeline.replay`` and scores:
 
 * ``top1`` / ``top3``   the culprit node is the top incident's node / among the first three
@@ -258,7 +258,7 @@ def floors(t: dict[str, Any], o: EvalOptions) -> list[str]:
     return missed
 
 
-def evaluate(root: str | Path, options: EvalOptions | None = None,
+def evaluate_engine(root: str | Path, options: EvalOptions | None = None,
              on_score: Callable[[ScenarioScore], None] | None = None) -> EvalReport:
     o = options or EvalOptions()
     o.check()
@@ -288,5 +288,5 @@ def evaluate(root: str | Path, options: EvalOptions | None = None,
     return EvalReport(scores=scores, totals=t, missed=floors(t, o))
 
 
-__all__ = ["EvalFloorMissed", "EvalOptions", "EvalReport", "PipelineReplay", "ScenarioScore", "evaluate", "floors", "per_category", "score",
+__all__ = ["EvalFloorMissed", "EvalOptions", "EvalReport", "PipelineReplay", "ScenarioScore", "evaluate_engine", "floors", "per_category", "score",
            "scenario_inputs", "totals"]

@@ -73,7 +73,7 @@ def register(app: typer.Typer) -> None:
         """Replay every scenario in DIRECTORY, score it against truth.json; exit 1 when a floor is missed."""
         from rich.console import Console
 
-        from recovery_logs.analysis.evaluate import EvalOptions, evaluate
+        from recovery_logs.analysis.evaluate import EvalOptions, evaluate_engine
 
         opts = EvalOptions(input=input_kind, min_top1=min_top1, min_top3=min_top3, min_category=min_category,
                            max_innocent_drains=max_innocent_drains, max_latency_s=max_latency,
@@ -84,7 +84,7 @@ def register(app: typer.Typer) -> None:
             if s.error:
                 err.print(f"[yellow]eval: {s.name}: {s.error}[/]")
 
-        report = evaluate(directory, opts, on_score=note)
+        report = evaluate_engine(directory, opts, on_score=note)
         if as_json:
             sys.stdout.write(json.dumps(report.to_dict(), indent=2) + "\n")
         else:

@@ -1,6 +1,6 @@
 """Remediation policy: modes, one action budget, a node-drain circuit breaker, cooldown, dry-run.
 
-Pure: ``evaluate(config, state, request, now)`` looks at an immutable ``PolicyState`` and says
+Pure: ``decide(config, state, request, now)`` looks at an immutable ``PolicyState`` and says
 whether one action may run; ``PolicyState.after(...)`` returns the state once it has run. The
 remediator persists the state (the ``actions`` table and the breaker in the audit database)
 and rebuilds it with ``PolicyState`` on every decision, so a restart changes nothing.
@@ -214,7 +214,7 @@ class Verdict:
         return self.decision == "approved"
 
 
-def evaluate(config: PolicyConfig, state: PolicyState, req: ActionRequest, now: float,
+def decide(config: PolicyConfig, state: PolicyState, req: ActionRequest, now: float,
              *, approved_by_human: bool = False) -> Verdict:
     """Decide one action. ``approved_by_human``: an operator approved it (approve mode)."""
     snap = state.snapshot(config, now)
@@ -260,7 +260,7 @@ def replay_policy(config: PolicyConfig, state: PolicyState, requests: Iterable[t
     """Evaluate a sequence of requests, applying each approved one (used by tests and simulations)."""
     verdicts = []
     for now, req in requests:
-        v = evaluate(config, state, req, now, approved_by_human=config.mode == "approve")
+        v = decide(config, state, req, now, approved_by_human=config.mode == "approve")
         if v.runs:
             state = state.after(req, now)
         elif v.trip_breaker:
@@ -272,4 +272,4 @@ def replay_policy(config: PolicyConfig, state: PolicyState, requests: Iterable[t
 
 
 __all__ = ["EXECUTABLE_KINDS", "MODES", "ActionRequest", "Executed", "PolicyConfig", "PolicyState", "Verdict",
-           "evaluate", "load_policy", "policy_from_dict", "replay_policy"]
+           "decide", "load_policy", "policy_from_dict", "replay_policy"]

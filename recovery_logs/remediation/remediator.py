@@ -40,7 +40,7 @@ from recovery_logs.remediation.policy import (
     Executed,
     PolicyConfig,
     PolicyState,
-    evaluate,
+    decide,
     load_policy,
     policy_from_dict,
 )
@@ -244,7 +244,7 @@ class Remediator:
                 return self._decide(existing, act, key, p, incident_id, cause, "denied", "denied",
                                     f"unsafe target rejected: {exc.message}", {}, now)
             state = self.policy_state(incident_id)
-            v = evaluate(self.config, state, ActionRequest(p.kind, p.target or "", incident_id,
+            v = decide(self.config, state, ActionRequest(p.kind, p.target or "", incident_id,
                                                            own_drain=p.kind == "resume_node"), now)
             v = self._gate(v, incident_id, now)
             if v.trip_breaker:
@@ -301,7 +301,7 @@ class Remediator:
         with self.audit.transaction():
             self.audit.append("approval", {"action_id": act_id, "by": by}, incident_id=row["incident_id"],
                               action_id=act_id)
-            v = evaluate(self.config, self.policy_state(row["incident_id"]),
+            v = decide(self.config, self.policy_state(row["incident_id"]),
                          ActionRequest(row["kind"], row["target"] or "", row["incident_id"],
                                        own_drain=row["kind"] == "resume_node"), now, approved_by_human=True)
             if v.trip_breaker:

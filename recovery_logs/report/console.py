@@ -30,7 +30,7 @@ from recovery_logs.timeutil import ns_to_iso
 
 
 @dataclass(frozen=True)
-class IncidentView:
+class IncidentRow:
     id: str
     severity: str
     category: str
@@ -60,7 +60,7 @@ class PendingView:
 class Snapshot:
     now: float
     mode: str
-    incidents: tuple[IncidentView, ...]
+    incidents: tuple[IncidentRow, ...]
     pending: tuple[PendingView, ...]
     recent: tuple[AuditRecord, ...]
     budget_used: int
@@ -85,7 +85,7 @@ class Snapshot:
             latest: dict[str, dict[str, Any]] = {}
             for rec in audit.records("detection"):
                 latest[rec.incident_id or ""] = rec.payload
-            incs = sorted((IncidentView(p["id"], p.get("severity", "info"), p.get("category", ""), p.get("cause", ""),
+            incs = sorted((IncidentRow(p["id"], p.get("severity", "info"), p.get("category", ""), p.get("cause", ""),
                                         p.get("node"), p.get("job_id"), float(p.get("confidence", 0.0)),
                                         p.get("detected_at"), p.get("status", "open"))
                            for p in latest.values()), key=lambda v: v.rank_key)
@@ -218,4 +218,4 @@ def run_console(state_dir: Path, width: int | None, interval_s: float,
             note = f"unknown command {line.strip()!r}"
 
 
-__all__ = ["IncidentView", "PendingView", "Snapshot", "render", "run_console"]
+__all__ = ["IncidentRow", "PendingView", "Snapshot", "render", "run_console"]

@@ -1,6 +1,6 @@
 """Reports: the rich terminal report and the Markdown report of a replay.
 
-Domain objects render themselves (``IncidentView.__rich__``); tests render at a fixed width and
+Domain objects render themselves (``IncidentPanel.__rich__``); tests render at a fixed width and
 compare exact text.
 """
 
@@ -57,7 +57,7 @@ def _actions(i: Incident) -> str:
     return "; ".join(parts) or "-"
 
 
-class IncidentView:
+class IncidentPanel:
     def __init__(self, inc: Incident, rank: int) -> None:
         self.inc, self.rank = inc, rank
 
@@ -145,7 +145,7 @@ def terminal_report(result: Any, max_incidents: int = 10) -> Group:
             ranked.add_row(str(n), Text(i.severity, SEV_STYLE.get(i.severity, "")), i.category, _where(i),
                            i.job_id or "-", f"{i.confidence:.2f}", _t(i.detected_at)[11:], _actions(i))
         parts.append(ranked)
-        parts.extend(IncidentView(i, n) for n, i in enumerate(incs[:max_incidents], 1))
+        parts.extend(IncidentPanel(i, n) for n, i in enumerate(incs[:max_incidents], 1))
     eng = result.engine
     first = _parse(result.summary.get("first_event"))
     parts.append(timeline(eng.all_findings(), first, eng.max_time_ns))

@@ -3,7 +3,7 @@
 * :func:`vl_time_ns` — ``_time`` text (0-9 fraction digits, Z) to integer nanoseconds.
 * :func:`record_key` — ``(stream id, _time ns, 8-byte hash of _msg)``: the same row read by the
   live tail, a catch-up query and a reconnect's replay gets the same key.
-* :class:`Deduper` — remembers keys in one-second buckets, bounded by ``max_keys``.
+* :class:`SeenKeys` — remembers keys in one-second buckets, bounded by ``max_keys``.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import hashlib
 
 from recovery_logs.timeutil import NS
 
-__all__ = ["Deduper", "record_key", "vl_time_ns"]
+__all__ = ["SeenKeys", "record_key", "vl_time_ns"]
 
 
 _SEC_CACHE: dict[str, int] = {}
@@ -53,7 +53,7 @@ def record_key(row: dict[str, str]) -> tuple[str, int, bytes]:
     return (sid, t, h)
 
 
-class Deduper:
+class SeenKeys:
     """Remembers row keys in one-second buckets. ``evict_before(t)`` forgets keys older than
     ``t``; above ``max_keys`` the oldest buckets are dropped (counted in ``forced``), so memory
     is bounded whatever the input."""

@@ -22,7 +22,7 @@ from collections import Counter
 from collections.abc import Callable, Sequence
 
 from recovery_logs.errors import VictoriaLogsError
-from recovery_logs.sources.rowkeys import Deduper, record_key
+from recovery_logs.sources.rowkeys import SeenKeys, record_key
 from recovery_logs.sources.victorialogs import VictoriaLogsClient
 from recovery_logs.timeutil import NS, parse_duration_s
 
@@ -56,7 +56,7 @@ class VLFollower:
         self.offset_ns = int(parse_duration_s(tail_offset) * NS)
         self.replay_ns = int(parse_duration_s(tail_start_offset) * NS)
         self.clock = clock
-        self.dedupe = Deduper(max_keys)
+        self.dedupe = SeenKeys(max_keys)
         self.complete_ns = resume_from_ns          # rows up to here were handed out by poll()
         self._query_frontier: int | None = None    # rows up to here were read by a finished query
         self.background_catchup = background_catchup

@@ -6,7 +6,7 @@ import polars as pl
 import pytest
 
 from recovery_logs.analysis.detector_eval import (
-    evaluate,
+    evaluate_detectors,
     evaluate_novel,
     inject_novel_fault,
     replay_rules,
@@ -28,7 +28,7 @@ def sim(tmp_path_factory):
 
 
 def test_hang_and_straggler_detectors_on_simulator_output(sim):
-    r = evaluate(sim)
+    r = evaluate_detectors(sim)
     hang, strag = r["summary"]["hang"], r["summary"]["straggler"]
     assert (hang["tp"], hang["fp"], hang["fn"], hang["culprit_accuracy"]) == (1, 0, 0, 1.0)
     assert 500 < hang["mean_lead_over_watchdog_s"] < 600 and 0 < hang["mean_latency_s"] <= 70

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from recovery_logs.analysis.evaluate import EvalOptions, evaluate, score
+from recovery_logs.analysis.evaluate import EvalOptions, evaluate_engine, score
 from recovery_logs.cli import main
 from recovery_logs.errors import ConfigError, InputError
 from recovery_logs.simulate import SimOptions, scenario_names, simulate
@@ -101,7 +101,7 @@ def test_evaluate_names_bad_truth_files_and_scores_the_rest(tmp_path: Path) -> N
             return [inc("xid", "n2", [("drain_node", "n2")])], {"lines": 10, "events": 10}
         return [], {"lines": 5, "events": 5}
 
-    rep = evaluate(tmp_path, EvalOptions(replay=fake_replay))
+    rep = evaluate_engine(tmp_path, EvalOptions(replay=fake_replay))
     by = {s.path.rsplit("/", 1)[-1]: s for s in rep.scores}
     assert sorted(seen) == ["good", "quiet"]
     assert "truth.json is missing" in by["missing"].error and str(tmp_path / "missing" / "truth.json") in by["missing"].error
@@ -111,7 +111,7 @@ def test_evaluate_names_bad_truth_files_and_scores_the_rest(tmp_path: Path) -> N
     assert rep.totals["errors"] == 3 and rep.totals["top1"] == 1.0 and rep.totals["lines"] == 15
     assert rep.totals["per_category"] == {"xid": {"true": 1, "predicted": 1, "precision": 1.0, "recall": 1.0}}
     assert rep.missed == ["3 scenario(s) could not be scored > 0"]
-    assert evaluate(tmp_path, EvalOptions(replay=fake_replay, max_errors=3)).ok
+    assert evaluate_engine(tmp_path, EvalOptions(replay=fake_replay, max_errors=3)).ok
 
 
 def test_evaluate_floors(tmp_path: Path) -> None:
@@ -120,20 +120,20 @@ def test_evaluate_floors(tmp_path: Path) -> None:
     def wrong(paths, truth):
         return [inc("pcie", "n1", [("drain_node", "n1")])], {"lines": 1}
 
-    rep = evaluate(tmp_path, EvalOptions(replay=wrong, max_errors=3, min_top1=0.5, min_category=0.5))
+    rep = evaluate_engine(tmp_path, EvalOptions(replay=wrong, max_errors=3, min_top1=0.5, min_category=0.5))
     assert rep.missed == ["top1 0.000 < 0.500", "category 0.000 < 0.500", "innocent drains 2 > 0",
                           "1 run(s) expecting no incident got drain/requeue/cancel/reset proposals"]
 
 
 def test_evaluate_bad_options_and_dirs(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="unknown input"):
-        evaluate(tmp_path, EvalOptions(input="csv"))
+        evaluate_engine(tmp_path, EvalOptions(input="csv"))
     with pytest.raises(ConfigError, match="fraction"):
-        evaluate(tmp_path, EvalOptions(min_top1=1.5))
+        evaluate_engine(tmp_path, EvalOptions(min_top1=1.5))
     with pytest.raises(InputError, match="does not exist"):
-        evaluate(tmp_path / "nope")
+        evaluate_engine(tmp_path / "nope")
     with pytest.raises(InputError, match="no scenario directories"):
-        evaluate(tmp_path)
+        evaluate_engine(tmp_path)
 
 
 # ---- end to end: simulator -> replay -> score, the targets --------------------------------
@@ -150,7 +150,7 @@ def e2e(tmp_path_factory):
     for seed in SEEDS:
         out = tmp_path_factory.mktemp(f"eval{seed}")
         simulate(SimOptions(out=out, scenario="all", seed=seed, nodes=3, gpus_per_node=2, duration_s=960.0))
-        reports[seed] = {s.name: s for s in evaluate(out, EvalOptions()).scores}
+        reports[seed] = {s.name: s for s in evaluate_engine(out, EvalOptions()).scores}
     return reports
 
 

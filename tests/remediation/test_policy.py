@@ -14,7 +14,7 @@ from recovery_logs.remediation.policy import (
     Executed,
     PolicyConfig,
     PolicyState,
-    evaluate,
+    decide,
     load_policy,
     replay_policy,
 )
@@ -89,22 +89,22 @@ def test_tripped_breaker_never_blocks_resume():
     cfg = PolicyConfig(mode="autonomous", cluster_nodes=4, cooldown_s=900)
     st0 = PolicyState(executed=(Executed(0.0, "drain_node", "gpu-n01", "inc-a"),), breaker_tripped=True,
                       breaker_reason="test", cluster_nodes=4)
-    assert evaluate(cfg, st0, ActionRequest("drain_node", "gpu-n02", "inc-b"), 10).decision == "denied"
-    v = evaluate(cfg, st0, ActionRequest("resume_node", "gpu-n01", "inc-a", own_drain=True), 10)
+    assert decide(cfg, st0, ActionRequest("drain_node", "gpu-n02", "inc-b"), 10).decision == "denied"
+    v = decide(cfg, st0, ActionRequest("resume_node", "gpu-n01", "inc-a", own_drain=True), 10)
     assert v.decision == "approved", v.reason
 
 
 def test_modes():
     st0 = PolicyState(cluster_nodes=4)
     req = ActionRequest("drain_node", "gpu-n01", "inc-a")
-    assert evaluate(PolicyConfig(), st0, req, 0).decision == "record_only"
-    assert evaluate(PolicyConfig(mode="approve"), st0, req, 0).decision == "proposed"
-    assert evaluate(PolicyConfig(mode="approve"), st0, req, 0, approved_by_human=True).decision == "approved"
-    assert evaluate(PolicyConfig(mode="autonomous"), st0, req, 0).decision == "approved"
-    assert evaluate(PolicyConfig(mode="autonomous"), st0, ActionRequest("investigate", "x", "i"), 0).decision \
+    assert decide(PolicyConfig(), st0, req, 0).decision == "record_only"
+    assert decide(PolicyConfig(mode="approve"), st0, req, 0).decision == "proposed"
+    assert decide(PolicyConfig(mode="approve"), st0, req, 0, approved_by_human=True).decision == "approved"
+    assert decide(PolicyConfig(mode="autonomous"), st0, req, 0).decision == "approved"
+    assert decide(PolicyConfig(mode="autonomous"), st0, ActionRequest("investigate", "x", "i"), 0).decision \
         == "record_only"
     # unknown cluster size: a drain is denied rather than guessed
-    assert evaluate(PolicyConfig(mode="autonomous"), PolicyState(), req, 0).decision == "denied"
+    assert decide(PolicyConfig(mode="autonomous"), PolicyState(), req, 0).decision == "denied"
 
 
 def test_policy_file(tmp_path: Path):

@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from recovery_logs.pipeline.cursor import WatchCursor
 from recovery_logs.sources.follow import FileFollower
 from recovery_logs.sources.history import history_rows
-from recovery_logs.sources.rowkeys import Deduper, record_key, vl_time_ns
+from recovery_logs.sources.rowkeys import SeenKeys, record_key, vl_time_ns
 from recovery_logs.sources.tail import VLFollower
 from recovery_logs.sources.victorialogs import VictoriaLogsClient
 from recovery_logs.timeutil import NS, iso_to_ns
@@ -34,12 +34,12 @@ def test_vl_time_ns_keeps_nanoseconds():
 
 
 def test_deduper_bounded():
-    d = Deduper(max_keys=100)
+    d = SeenKeys(max_keys=100)
     keys = [("s", i * NS // 10, b"x") for i in range(1000)]
     assert all(d.add(k) for k in keys)
     assert len(d) <= 100 and d.forced > 0
     assert not d.add(keys[-1])                      # recent keys are still remembered
-    d2 = Deduper()
+    d2 = SeenKeys()
     for k in keys:
         d2.add(k)
     assert d2.evict_before(50 * NS) == 500 and len(d2) == 500
