@@ -26,7 +26,7 @@ from typing import Any
 import polars as pl
 
 from recovery_logs.config import EngineConfig
-from recovery_logs.model import Candidate, Evidence, Incident, incident_id
+from recovery_logs.records import Candidate, Evidence, Incident, incident_id
 from recovery_logs.schema import HARDWARE_CATEGORIES, PROGRESS_CATEGORY, SEVERITY_RANK, Category
 
 ROLE_WEIGHT = {"cause": 1.0, "symptom": 0.3, "breadcrumb": 0.15, "info": 0.05}

@@ -11,7 +11,7 @@ from typing import Any
 
 import polars as pl
 
-from recovery_logs.model import ActionProposal, Evidence, Incident
+from recovery_logs.records import ActionProposal, Evidence, Incident
 from recovery_logs.schema import EVENT_SCHEMA, FINDING_SCHEMA, records_frame
 from recovery_logs.sources.slurm import CommandResult, CommandRunner
 from recovery_logs.timeutil import iso_to_ns

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from recovery_logs.audit import AuditLog
-from recovery_logs.model import Incident
+from recovery_logs.records import Incident
 from recovery_logs.sources.slurm import JobRecord
 from recovery_logs.timeutil import NS, iso_to_ns
 

@@ -13,7 +13,7 @@ from recovery_logs.errors import InputError
 
 def incidents_from_json(path: Path) -> list[Any]:
     """Incidents from a ``replay --json`` / ``watch --json`` output file (the output contract)."""
-    from recovery_logs.model import Incident
+    from recovery_logs.records import Incident
     from recovery_logs.timeutil import iso_to_ns
 
     try:

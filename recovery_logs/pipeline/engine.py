@@ -27,8 +27,8 @@ from recovery_logs.detectors.rulepack import load_packs
 from recovery_logs.detectors.rules import match
 from recovery_logs.detectors.stragglers import StragglerDetector
 from recovery_logs.errors import ConfigError
-from recovery_logs.model import Incident
 from recovery_logs.pipeline.enrich import fill_gpu, nccl_addresses, subject_host
+from recovery_logs.records import Incident
 from recovery_logs.remediation.plan import RECORD_ONLY, plan
 from recovery_logs.schema import check_events, empty_findings, own_strings
 from recovery_logs.windows import (

@@ -19,9 +19,9 @@ import polars as pl
 
 from recovery_logs.config import EngineConfig
 from recovery_logs.errors import InputError
-from recovery_logs.model import Incident
 from recovery_logs.pipeline.engine import Engine
 from recovery_logs.pipeline.outputs import prepare_out_dir, write_events, write_outputs
+from recovery_logs.records import Incident
 from recovery_logs.remediation.plan import RECORD_ONLY
 from recovery_logs.schema import empty_quarantine, own_strings
 from recovery_logs.sources.files import ReadOptions, iter_batches

@@ -38,9 +38,9 @@ import polars as pl
 
 from recovery_logs.config import EngineConfig
 from recovery_logs.errors import ConfigError, RecoveryLogsError, SourceError
-from recovery_logs.model import Incident
 from recovery_logs.pipeline.cursor import WatchCursor, cursor_name
 from recovery_logs.pipeline.engine import Engine
+from recovery_logs.records import Incident
 from recovery_logs.sources.files import events_from_vl_records
 from recovery_logs.sources.follow import FileFollower
 from recovery_logs.sources.formats import vl_columns

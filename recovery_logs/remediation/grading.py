@@ -39,7 +39,7 @@ import polars as pl
 from recovery_logs.audit import load_audit
 from recovery_logs.errors import ConfigError
 from recovery_logs.frames import incidents_frame, root_rule, rows_frame
-from recovery_logs.model import ActionProposal
+from recovery_logs.records import ActionProposal
 from recovery_logs.schema import HARDWARE_CATEGORIES, TIME
 from recovery_logs.timeutil import NS
 

@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from recovery_logs.errors import InputError
-from recovery_logs.model import Incident
+from recovery_logs.records import Incident
 from recovery_logs.schema import HARDWARE_CATEGORIES
 from recovery_logs.timeutil import ns_to_iso
 

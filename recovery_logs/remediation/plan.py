@@ -22,7 +22,7 @@ proposes nothing but ``none``. Replay marks every proposal ``record_only``.
 from __future__ import annotations
 
 from recovery_logs.config import EngineConfig
-from recovery_logs.model import ActionProposal, Incident
+from recovery_logs.records import ActionProposal, Incident
 from recovery_logs.schema import ActionKind
 
 RECORD_ONLY = "record_only"

@@ -28,7 +28,7 @@ from typing import Any
 
 from recovery_logs.audit import AuditLog
 from recovery_logs.errors import PolicyError, SlurmError, SlurmUnavailable, UnsafeTargetError
-from recovery_logs.model import ActionProposal, Incident
+from recovery_logs.records import ActionProposal, Incident
 from recovery_logs.remediation.actions import TERMINAL, ActionStore
 from recovery_logs.remediation.executor import SlurmExecutor
 from recovery_logs.remediation.gate import PromotionGate, gate_verdict

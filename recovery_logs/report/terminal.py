@@ -14,7 +14,7 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
-from recovery_logs.model import Incident
+from recovery_logs.records import Incident
 from recovery_logs.timeutil import iso_to_ns, ns_to_iso
 
 if TYPE_CHECKING:

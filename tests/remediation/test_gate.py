@@ -7,7 +7,7 @@ from collections.abc import Sequence
 import pytest
 
 from recovery_logs.errors import PolicyError
-from recovery_logs.model import ActionProposal, Incident
+from recovery_logs.records import ActionProposal, Incident
 from recovery_logs.remediation.policy import load_policy
 from recovery_logs.remediation.remediator import Remediator
 from recovery_logs.testing import FakeClock

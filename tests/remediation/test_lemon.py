@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from recovery_logs.errors import InputError
-from recovery_logs.model import Incident
+from recovery_logs.records import Incident
 from recovery_logs.remediation.lemon import STATES, LemonTracker
 
 DAY = 86_400 * 1_000_000_000

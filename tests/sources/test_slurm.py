@@ -89,7 +89,7 @@ def _run(start, end, gpus=8, state="REQUEUED"):
 
 
 def test_incident_figures_and_ettr():
-    from recovery_logs.model import Incident
+    from recovery_logs.records import Incident
 
     inc = Incident(id="inc-1", category="xid", cause="xid 79", severity="critical", node="gpu-n01", gpu=1,
                    job_id="7", xid=79, confidence=0.9, first_seen=1000 * NS, last_seen=1010 * NS,
