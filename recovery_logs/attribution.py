@@ -197,23 +197,23 @@ def rank_candidates(rows: list[Row], job_hosts: set[str], addr_hosts: dict[str, 
                 peers.setdefault(h, set()).add(r.host)
     for h, reporters in peers.items():
         add = PEER_SCORE + 0.05 * min(len(reporters), 6)
-        s, r, why = out.get(h, (0.0, None, []))
-        out[h] = (s + add, r, [*why, f"named as failing peer by {len(reporters)} node(s)"])
+        s, top, why = out.get(h, (0.0, None, []))
+        out[h] = (s + add, top, [*why, f"named as failing peer by {len(reporters)} node(s)"])
     # The node that did not report a collective timeout while the others did.
     timed_out = {r.host for r in scored if r.category == TIMEOUT_CATEGORY and r.role == "symptom" and r.host}
     if len(timed_out) >= 2:
         silent = sorted(h for h in job_hosts if h not in timed_out)
         if 0 < len(silent) < len(timed_out):
             for h in silent:
-                s, r, why = out.get(h, (0.0, None, []))
-                out[h] = (max(s, SILENT_SUSPECT_SCORE) + (0.05 if r is not None else 0.0), r,
+                s, top, why = out.get(h, (0.0, None, []))
+                out[h] = (max(s, SILENT_SUSPECT_SCORE) + (0.05 if top is not None else 0.0), top,
                           [*why, f"no collective timeout reported while {len(timed_out)} other node(s) did"])
     ranked = sorted(out.items(), key=lambda kv: (-kv[1][0], kv[1][1].first if kv[1][1] else 2**63,
                                                  kv[0] or "~"))
-    res = []
-    for host, (s, r, why) in ranked:
-        cause = cause_text(r) if r is not None else "silent node: " + why[-1]
-        res.append((Candidate(node=host, cause=cause, score=s, gpu=r.gpu if r else None, reasons=tuple(why)), r))
+    res: list[tuple[Candidate, Row | None]] = []
+    for host, (s, top, why) in ranked:
+        cause = cause_text(top) if top is not None else "silent node: " + why[-1]
+        res.append((Candidate(node=host, cause=cause, score=s, gpu=top.gpu if top else None, reasons=tuple(why)), top))
     return res
 
 

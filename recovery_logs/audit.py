@@ -317,14 +317,14 @@ def load_audit(state: str | Path | Any, kind: str | None = None) -> pl.DataFrame
     payload where present (``kind`` is the record kind: proposal, decision, approval, ...).
     """
     own = not isinstance(state, AuditLog)
-    if own:
-        p = Path(state)
-        db = p / DB_NAME if p.is_dir() else p
+    if isinstance(state, AuditLog):
+        log = state
+    else:
+        where = Path(state)
+        db = where / DB_NAME if where.is_dir() else where
         if not db.is_file():
             raise AuditError("audit: no audit database here", path=str(db))
         log = AuditLog(db)
-    else:
-        log = state
     try:
         recs = log.records(kind)
     finally:

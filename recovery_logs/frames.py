@@ -33,7 +33,7 @@ import polars as pl
 
 from recovery_logs.detectors.rulepack import load_packs
 from recovery_logs.errors import InputError
-from recovery_logs.schema import TIME
+from recovery_logs.schema import TIME, SchemaDict
 from recovery_logs.timeutil import iso_to_ns, ns_to_iso
 
 __all__ = ["ACTION_FRAME_SCHEMA", "AUDIT_FRAME_SCHEMA", "CANDIDATE_FRAME_SCHEMA", "EVIDENCE_FRAME_SCHEMA", "INCIDENT_FRAME_SCHEMA", "JOB_FRAME_SCHEMA", "actions_frame", "candidates_frame", "evidence_frame", "incident_dicts", "incidents_frame", "jobs_frame", "logsql_for_line", "root_rule", "rows_frame"]
@@ -42,7 +42,7 @@ __all__ = ["ACTION_FRAME_SCHEMA", "AUDIT_FRAME_SCHEMA", "CANDIDATE_FRAME_SCHEMA"
 LIST_STR = pl.List(pl.String)
 
 
-INCIDENT_FRAME_SCHEMA: dict[str, pl.DataType] = {
+INCIDENT_FRAME_SCHEMA: SchemaDict = {
     "incident_id": pl.String, "rank": pl.Int32, "category": pl.String, "cause": pl.String,
     "severity": pl.String, "node": pl.String, "gpu": pl.Int32, "job_id": pl.String, "xid": pl.Int32,
     "confidence": pl.Float64, "status": pl.String, "first_seen": TIME, "detected_at": TIME, "last_seen": TIME,
@@ -52,21 +52,21 @@ INCIDENT_FRAME_SCHEMA: dict[str, pl.DataType] = {
 """One row per incident, in the engine's ranking order (``rank`` 1 = most important) per source."""
 
 
-CANDIDATE_FRAME_SCHEMA: dict[str, pl.DataType] = {
+CANDIDATE_FRAME_SCHEMA: SchemaDict = {
     "incident_id": pl.String, "rank": pl.Int32, "node": pl.String, "cause": pl.String, "score": pl.Float64,
     "gpu": pl.Int32, "reasons": LIST_STR,
 }
 """One row per ranked root-cause candidate (``rank`` 1 = the culprit named by the incident)."""
 
 
-EVIDENCE_FRAME_SCHEMA: dict[str, pl.DataType] = {
+EVIDENCE_FRAME_SCHEMA: SchemaDict = {
     "incident_id": pl.String, "time": TIME, "node": pl.String, "rule_id": pl.String, "message": pl.String,
     "file": pl.String, "line": pl.Int64, "logsql": pl.String,
 }
 """One row per evidence line; ``logsql`` fetches the same line from VictoriaLogs."""
 
 
-ACTION_FRAME_SCHEMA: dict[str, pl.DataType] = {
+ACTION_FRAME_SCHEMA: SchemaDict = {
     "incident_id": pl.String, "time": TIME, "root_rule": pl.String, "category": pl.String, "node": pl.String,
     "job_id": pl.String, "kind": pl.String, "target": pl.String, "decision": pl.String, "reason": pl.String,
     "exclude": LIST_STR,
@@ -75,7 +75,7 @@ ACTION_FRAME_SCHEMA: dict[str, pl.DataType] = {
 ``node`` / ``job_id`` are the incident's culprit node and job."""
 
 
-AUDIT_FRAME_SCHEMA: dict[str, pl.DataType] = {
+AUDIT_FRAME_SCHEMA: SchemaDict = {
     "id": pl.Int64, "time": TIME, "kind": pl.String, "incident_id": pl.String, "action_id": pl.String,
     "action_kind": pl.String, "target": pl.String, "decision": pl.String, "status": pl.String,
     "by": pl.String, "reason": pl.String, "payload": pl.String,
@@ -83,7 +83,7 @@ AUDIT_FRAME_SCHEMA: dict[str, pl.DataType] = {
 """One row per audit record; common payload keys lifted into columns, the whole payload as JSON text."""
 
 
-JOB_FRAME_SCHEMA: dict[str, pl.DataType] = {
+JOB_FRAME_SCHEMA: SchemaDict = {
     "job_id": pl.String, "name": pl.String, "state": pl.String, "nodes": LIST_STR, "n_nodes": pl.Int32,
     "gpus": pl.Int32, "submit": TIME, "start": TIME, "end": TIME, "exit_code": pl.Int32, "signal": pl.Int32,
     "elapsed_s": pl.Float64, "gpu_hours": pl.Float64,
@@ -160,7 +160,7 @@ def _t(s: str | None) -> int | None:
     return iso_to_ns(s) if s else None
 
 
-def rows_frame(rows: list[dict[str, Any]], schema: dict[str, pl.DataType]) -> pl.DataFrame:
+def rows_frame(rows: list[dict[str, Any]], schema: SchemaDict) -> pl.DataFrame:
     """Row dicts -> a frame of exactly ``schema`` (a missing key is null, other keys are dropped);
     ``TIME`` columns are given as integer ns. The one row-to-frame helper of the package."""
     time_cols = [k for k, v in schema.items() if v == TIME]

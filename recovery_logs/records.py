@@ -51,7 +51,8 @@ class ActionProposal:
     exclude: tuple[str, ...] = ()   # for requeue_job: nodes to exclude
 
     def to_dict(self) -> dict[str, Any]:
-        d = {"kind": self.kind, "target": self.target, "decision": self.decision, "reason": self.reason}
+        d: dict[str, Any] = {"kind": self.kind, "target": self.target, "decision": self.decision,
+                             "reason": self.reason}
         if self.exclude:
             d["exclude"] = list(self.exclude)
         return d

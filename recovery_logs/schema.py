@@ -18,13 +18,19 @@ from enum import StrEnum
 from typing import Any
 
 import polars as pl
+from polars.datatypes import DataTypeClass
 
 from recovery_logs.errors import InputError
 
 SCHEMA_VERSION = 1
+
+ColumnType = pl.DataType | DataTypeClass
+"""A column's type in a schema dict: an instance (``pl.Datetime("ns", "UTC")``) or a class (``pl.String``)."""
+SchemaDict = dict[str, ColumnType]
+"""Column name -> type, in column order: every ``*_SCHEMA`` of the package."""
 TIME = pl.Datetime("ns", "UTC")
 
-EVENT_SCHEMA: dict[str, pl.DataType] = {
+EVENT_SCHEMA: SchemaDict = {
     "time": TIME,               # event time; null only if a source has no usable clock at all
     "time_inferred": pl.Boolean,  # True when the line had no timestamp and time was carried from a neighbour
     "host": pl.String,          # node name (normalised: short hostname as Slurm knows it)
@@ -38,7 +44,7 @@ EVENT_SCHEMA: dict[str, pl.DataType] = {
     "message": pl.String,       # the log text without the syslog/dmesg/glog prefix; joined with "\n" if multi-line
 }
 
-FINDING_EXTRA_SCHEMA: dict[str, pl.DataType] = {
+FINDING_EXTRA_SCHEMA: SchemaDict = {
     "rule_id": pl.String,       # e.g. "xid.79", "nccl.watchdog_timeout", "detector.hang"
     "rule_version": pl.Int32,
     "category": pl.String,      # Category value, or "progress"
@@ -57,9 +63,9 @@ FINDING_EXTRA_SCHEMA: dict[str, pl.DataType] = {
     "detail": pl.String,        # JSON object of any further extracted fields
 }
 
-FINDING_SCHEMA: dict[str, pl.DataType] = {**EVENT_SCHEMA, **FINDING_EXTRA_SCHEMA}
+FINDING_SCHEMA: SchemaDict = {**EVENT_SCHEMA, **FINDING_EXTRA_SCHEMA}
 
-QUARANTINE_SCHEMA: dict[str, pl.DataType] = {
+QUARANTINE_SCHEMA: SchemaDict = {
     "file": pl.String,
     "line": pl.Int64,
     "reason": pl.String,        # QuarantineReason value
@@ -169,7 +175,7 @@ def empty_quarantine() -> pl.DataFrame:
     return pl.DataFrame(schema=QUARANTINE_SCHEMA)
 
 
-def conform(df: pl.DataFrame, schema: dict[str, pl.DataType]) -> pl.DataFrame:
+def conform(df: pl.DataFrame, schema: SchemaDict) -> pl.DataFrame:
     """Add missing columns as nulls, cast to the schema's types, order columns as the schema."""
     exprs = []
     for name, dtype in schema.items():
@@ -180,7 +186,7 @@ def conform(df: pl.DataFrame, schema: dict[str, pl.DataType]) -> pl.DataFrame:
     return df.select(exprs)
 
 
-def records_frame(rows: Sequence[Mapping[str, Any]], schema: dict[str, pl.DataType]) -> pl.DataFrame:
+def records_frame(rows: Sequence[Mapping[str, Any]], schema: SchemaDict) -> pl.DataFrame:
     """Records (dicts, ``time`` as integer ns since the epoch) -> a frame conformed to ``schema``
     (``EVENT_SCHEMA``, ``FINDING_SCHEMA``): types inferred over all rows, then cast; missing
     columns are null, other keys dropped."""
@@ -206,7 +212,7 @@ def own_strings(df: pl.DataFrame) -> pl.DataFrame:
     return df.with_columns([(pl.col(c) + pl.lit("")).alias(c) for c in cols])
 
 
-def check_frame(df: pl.DataFrame, schema: dict[str, pl.DataType], stage: str) -> pl.DataFrame:
+def check_frame(df: pl.DataFrame, schema: SchemaDict, stage: str) -> pl.DataFrame:
     """Stage-boundary check: exact column names and types, or an InputError naming the stage."""
     got = dict(df.schema)
     if list(got) != list(schema) or any(got[k] != v for k, v in schema.items()):

@@ -12,7 +12,7 @@ from typing import Any
 import polars as pl
 
 from recovery_logs.records import ActionProposal, Evidence, Incident
-from recovery_logs.schema import EVENT_SCHEMA, FINDING_SCHEMA, records_frame
+from recovery_logs.schema import EVENT_SCHEMA, FINDING_SCHEMA, SchemaDict, records_frame
 from recovery_logs.sources.slurm import CommandResult, CommandRunner
 from recovery_logs.timeutil import iso_to_ns
 
@@ -28,7 +28,7 @@ def _times(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return out
 
 
-def _frame(rows: Sequence[dict[str, Any]], schema: dict[str, pl.DataType], seq_start: int) -> pl.DataFrame:
+def _frame(rows: Sequence[dict[str, Any]], schema: SchemaDict, seq_start: int) -> pl.DataFrame:
     rows = _times(list(rows))
     for n, r in enumerate(rows):
         r.setdefault("seq", seq_start + n)

@@ -10,12 +10,12 @@ from __future__ import annotations
 
 import polars as pl
 
-from recovery_logs.schema import PROGRESS_CATEGORY, TIME, Category
+from recovery_logs.schema import PROGRESS_CATEGORY, TIME, Category, SchemaDict
 
 CATEGORY_COLUMNS = [f"n_{c.value}" for c in Category]
 KEYS = ["host", "job_id", "window_start"]
 
-WINDOW_SCHEMA: dict[str, pl.DataType] = {
+WINDOW_SCHEMA: SchemaDict = {
     "host": pl.String,
     "job_id": pl.String,
     "window_start": TIME,
@@ -32,7 +32,7 @@ _SUM = ["lines", "findings", "progress", *CATEGORY_COLUMNS]
 _MIN = ["first_time"]
 _MAX = ["last_time", "last_progress"]
 
-SPAN_SCHEMA: dict[str, pl.DataType] = {"host": pl.String, "job_id": pl.String, "first": TIME, "last": TIME,
+SPAN_SCHEMA: SchemaDict = {"host": pl.String, "job_id": pl.String, "first": TIME, "last": TIME,
                                         "lines": pl.Int64}
 
 
@@ -91,7 +91,7 @@ def job_spans(events: pl.DataFrame) -> pl.DataFrame:
     out = ev.group_by(["host", "job_id"]).agg(pl.col("time").min().alias("first"),
                                               pl.col("time").max().alias("last"),
                                               pl.len().cast(pl.Int64).alias("lines"))
-    return out.select(list(SPAN_SCHEMA)).cast(SPAN_SCHEMA)
+    return out.select(list(SPAN_SCHEMA)).cast(SPAN_SCHEMA)  # type: ignore[arg-type]  # polars types cast()'s keys as str | selector | dtype
 
 
 def merge_spans(acc: pl.DataFrame, new: pl.DataFrame) -> pl.DataFrame:

@@ -54,14 +54,14 @@ from recovery_logs.remediation.policy import (
     load_policy,
     replay_policy,
 )
-from recovery_logs.schema import TIME
+from recovery_logs.schema import TIME, SchemaDict
 from recovery_logs.timeutil import NS, iso_to_ns, ns_to_iso
 
 __all__ = ["DECISION_SCHEMA", "BacktestOptions", "BacktestResult", "Case", "backtest", "grade_against_truth",
            "load_cases", "max_concurrent", "rows_with_iso_times", "run_backtest"]
 
 
-DECISION_SCHEMA: dict[str, pl.DataType] = {
+DECISION_SCHEMA: SchemaDict = {
     "case": pl.String, "incident_id": pl.String, "time": TIME, "root_rule": pl.String, "category": pl.String,
     "node": pl.String, "job_id": pl.String, "kind": pl.String, "target": pl.String, "decision": pl.String,
     "outcome": pl.String, "reason": pl.String, "breaker_trip": pl.Boolean, "grade": pl.String, "basis": pl.String,

@@ -103,7 +103,7 @@ def _t(iso: str | None) -> int | None:
 
 def _first_watchdog(findings: pl.DataFrame) -> int | None:
     w = findings.filter(pl.col("message").str.contains("Watchdog caught collective operation timeout", literal=True))
-    return None if w.is_empty() else int(w["time"].dt.epoch("ns").min())
+    return None if w.is_empty() else int(w["time"].dt.epoch("ns").min())  # type: ignore[arg-type]  # polars types an aggregate as any Python literal
 
 
 def _score(tp: int, fp: int, fn: int) -> dict[str, Any]:
@@ -137,7 +137,7 @@ def evaluate_detectors(root: str | Path, anomaly: Any = None, window: str = "60s
         if want and got:
             culprit_ok["hang"][1] += 1
             culprit_ok["hang"][0] += int(culprit in h["host"].to_list())
-            t_det = int(h["time"].dt.epoch("ns").min())
+            t_det = int(h["time"].dt.epoch("ns").min())  # type: ignore[arg-type]  # polars types an aggregate as any Python literal
             wd = _first_watchdog(r.findings)
             if fault_t is not None:
                 latency["hang"].append((t_det - fault_t) / NS)
@@ -155,7 +155,7 @@ def evaluate_detectors(root: str | Path, anomaly: Any = None, window: str = "60s
             culprit_ok["straggler"][1] += 1
             culprit_ok["straggler"][0] += int(culprit in drains["host"].to_list())
             if fault_t is not None:
-                latency["straggler"].append((int(drains["time"].dt.epoch("ns").min()) - fault_t) / NS)
+                latency["straggler"].append((int(drains["time"].dt.epoch("ns").min()) - fault_t) / NS)  # type: ignore[arg-type]  # polars types an aggregate as any Python literal
         elif got:
             c["straggler"][1] += 1
         elif want:

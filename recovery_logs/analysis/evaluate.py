@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from recovery_logs.analysis.truth import load_truth, scenario_dirs
-from recovery_logs.detectors.rulepack import load_packs
+from recovery_logs.detectors.rulepack import RulePack, load_packs
 from recovery_logs.errors import ConfigError, EvalFloorMissed, InputError, RecoveryLogsError
 from recovery_logs.pipeline.engine import Engine
 from recovery_logs.pipeline.replay import ReplayOptions, replay
@@ -120,7 +120,7 @@ class PipelineReplay:
     scenario that shares one loaded rule pack (loading and compiling the packs is the slow part)."""
 
     def __init__(self) -> None:
-        self._pack = None
+        self._pack: RulePack | None = None
 
     def __call__(self, paths: list[Path], truth: dict[str, Any]) -> tuple[list[Any], dict[str, Any]]:
         opts = ReplayOptions(read=ReadOptions(year=int(str(truth.get("start_time") or truth.get("fault_time")

@@ -108,11 +108,12 @@ def ettr(runs: Sequence[JobRecord], fault_times_ns: Iterable[int] = (), now_ns: 
     runs = [r for r in sorted(runs, key=lambda r: r.start_ns or 0) if r.start_ns is not None]
     if not runs:
         return None
-    last_end = max((r.end_ns or now_ns or r.start_ns) for r in runs)
-    wall = last_end - runs[0].start_ns
+    starts = [int(r.start_ns or 0) for r in runs]   # all set (filtered above)
+    last_end = max((r.end_ns or now_ns or s) for r, s in zip(runs, starts, strict=True))
+    wall = last_end - starts[0]
     if wall <= 0:
         return None
-    run_time = sum(max(0, (r.end_ns or last_end) - r.start_ns) for r in runs)
+    run_time = sum(max(0, (r.end_ns or last_end) - s) for r, s in zip(runs, starts, strict=True))
     lost = 0
     for t in fault_times_ns:
         _, hit = _run_hit(runs, t)

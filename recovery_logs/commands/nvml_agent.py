@@ -56,6 +56,7 @@ def register(app: typer.Typer) -> None:
             raise ConfigError("nvml-agent: --interval is not a duration", interval=interval) from exc
         if interval_s <= 0:
             raise ConfigError("nvml-agent: --interval must be positive", interval=interval)
+        sink: Callable[[pl.DataFrame], None]
         if to == "stdout":
             sink = _stdout_sink
         elif to.startswith("victorialogs://"):

@@ -60,7 +60,7 @@ def _live_table(watcher: Any) -> Any:
     lag = watcher.vl.lag_s() if watcher.vl is not None else None
     status = (f"events {s.get('events', 0)}  duplicates {s.get('vl_duplicates', 0)}  late {s.get('late', 0)}  "
               f"incidents {s.get('incidents', 0)}" + (f"  lag {lag:.1f}s" if lag is not None else ""))
-    parts = [t, Text(status, style="dim")]
+    parts: list[Any] = [t, Text(status, style="dim")]
     if watcher.last_error:
         parts.append(Text(f"last error: {watcher.last_error}", style="yellow"))
     return Group(*parts)

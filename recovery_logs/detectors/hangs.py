@@ -146,7 +146,7 @@ class HangDetector:
             wd = wd.filter(pl.col("t") < gap["next_t"])
         if wd.is_empty():
             return []
-        first = int(wd["t"].min())
+        first = int(wd["t"].min())  # type: ignore[arg-type]  # polars types an aggregate as any Python literal
         decide = first + int(self.watchdog_grace_s * NS)
         if decide > ctx.watermark_ns:
             return []

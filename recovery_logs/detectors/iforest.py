@@ -138,7 +138,7 @@ class WindowIsolationForest(BaseEstimator):
         if only is not None:
             keep = np.asarray([f in set(only) for f in self.features_], dtype=bool)
             out = out[:, keep]
-        return out.any(axis=1)
+        return out.any(axis=1)  # type: ignore[return-value]  # numpy: an array for 2-d input
 
     def predict(self, X: pl.DataFrame) -> np.ndarray:
         """Boolean per row: score >= threshold_, or out_of_range."""

@@ -58,7 +58,7 @@ def _static_failures(d: Path) -> list[CheckFailure]:
                 try:
                     r = _parse_rule(raw, pack, str(path), i)
                 except RulePackError as exc:
-                    out.append(CheckFailure(path.name, exc.context.get("rule"), None, str(exc)))
+                    out.append(CheckFailure(path.name, _rule_of(exc), None, str(exc)))
                     continue
                 if r.id in seen:
                     out.append(CheckFailure(path.name, r.id, None, f"duplicate rule id (first in {seen[r.id]})"))
@@ -68,8 +68,13 @@ def _static_failures(d: Path) -> list[CheckFailure]:
             if data.get("rule") and not isinstance(data.get("pack"), dict):
                 out.append(CheckFailure(path.name, None, None, "missing [pack] table with a 'name'"))
         except RulePackError as exc:
-            out.append(CheckFailure(path.name, exc.context.get("rule"), None, str(exc)))
+            out.append(CheckFailure(path.name, _rule_of(exc), None, str(exc)))
     return out
+
+
+def _rule_of(exc: RulePackError) -> str | None:
+    rule = exc.context.get("rule")
+    return None if rule is None else str(rule)
 
 
 def check_packs(rules_dir: Path | None = None) -> list[CheckFailure]:
@@ -92,7 +97,7 @@ def check_packs(rules_dir: Path | None = None) -> list[CheckFailure]:
     try:
         pack = load_packs(d)
     except RulePackError as exc:
-        return [CheckFailure(str(d), exc.context.get("rule"), None, str(exc))]
+        return [CheckFailure(str(d), _rule_of(exc), None, str(exc))]
     failures.extend(_catalog_failures(pack))
     texts: list[str] = []
     owners: list[tuple[Rule, bool]] = []

@@ -166,7 +166,7 @@ class StragglerDetector:
             shifting = len(set(sets)) > 1
             ranks = sorted(set(g["rank"].to_list()))
             hosts = sorted(set(g["host"].to_list()))
-            ratio = float(g["ratio"].median())
+            ratio = float(g["ratio"].median())  # type: ignore[arg-type]  # polars types an aggregate as any Python literal
             shown = ", ".join(map(str, ranks[:8])) + (" …" if len(ranks) > 8 else "")
             how = "the slow set shifts between windows" if shifting else f"the same ranks across {len(hosts)} host(s)"
             msg = (f"ranks {shown} slow ({ratio:.2f}x the job median) in {self.persist} {self.window_s:.0f} s windows;"

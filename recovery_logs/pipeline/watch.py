@@ -124,7 +124,7 @@ def incident_rows(incidents: Sequence[Incident]) -> list[dict[str, str]]:
 
     rows = []
     for inc in incidents:
-        rows.append({"_time": ns_to_iso(inc.detected_at), "host": inc.node or "", "unit": EXPORT_UNIT,
+        rows.append({"_time": ns_to_iso(inc.detected_at) or "", "host": inc.node or "", "unit": EXPORT_UNIT,
                      "job_id": inc.job_id or "", "incident_id": inc.id, "category": inc.category,
                      "severity": inc.severity, "status": inc.status,
                      "_msg": f"recovery-logs incident {inc.id} {inc.severity} {inc.category} on "
@@ -452,7 +452,7 @@ class Watcher:
                 return False
 
     def summary(self) -> dict[str, Any]:
-        s = dict(self.stats)
+        s: dict[str, Any] = dict(self.stats)
         if self.vl is not None:
             s.update({f"vl_{k}": v for k, v in self.vl.stats.items()})
             s["complete_ns"] = self.vl.complete_ns

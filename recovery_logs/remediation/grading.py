@@ -40,7 +40,7 @@ from recovery_logs.audit import load_audit
 from recovery_logs.errors import ConfigError
 from recovery_logs.frames import incidents_frame, root_rule, rows_frame
 from recovery_logs.records import ActionProposal
-from recovery_logs.schema import HARDWARE_CATEGORIES, TIME
+from recovery_logs.schema import HARDWARE_CATEGORIES, TIME, SchemaDict
 from recovery_logs.timeutil import NS
 
 __all__ = ["FAILED_JOB_STATES", "GRADE_SCHEMA", "OUTCOME_SCHEMA", "PRECISION_SCHEMA", "PROPOSAL_SCHEMA",
@@ -52,26 +52,26 @@ NODE_KINDS = frozenset({"drain_node", "reset_gpu"})
 JOB_KINDS = frozenset({"requeue_job", "cancel_job"})
 OUTCOME_KINDS = frozenset({"approved", "rejected", "node_failed", "node_healthy", "job_failed", "job_completed"})
 
-PROPOSAL_SCHEMA: dict[str, pl.DataType] = {
+PROPOSAL_SCHEMA: SchemaDict = {
     "incident_id": pl.String, "action_id": pl.String, "time": TIME, "root_rule": pl.String,
     "category": pl.String, "node": pl.String, "job_id": pl.String, "kind": pl.String, "target": pl.String,
 }
 """What grading needs of a proposal (``api.actions_frame`` has these columns but ``action_id``)."""
 
-OUTCOME_SCHEMA: dict[str, pl.DataType] = {
+OUTCOME_SCHEMA: SchemaDict = {
     "time": TIME, "kind": pl.String, "target": pl.String, "incident_id": pl.String, "detail": pl.String,
 }
 """One thing that happened later; ``target`` is an action id, node or job id (see the table above)."""
 
-GRADE_SCHEMA: dict[str, pl.DataType] = {**PROPOSAL_SCHEMA, "grade": pl.String, "basis": pl.String}
+GRADE_SCHEMA: SchemaDict = {**PROPOSAL_SCHEMA, "grade": pl.String, "basis": pl.String}
 
-PRECISION_SCHEMA: dict[str, pl.DataType] = {
+PRECISION_SCHEMA: SchemaDict = {
     "root_rule": pl.String, "proposals": pl.Int64, "right": pl.Int64, "wrong": pl.Int64, "unknown": pl.Int64,
     "graded_incidents": pl.Int64, "precision": pl.Float64,
 }
 
 
-def _empty(schema: dict[str, pl.DataType]) -> pl.DataFrame:
+def _empty(schema: SchemaDict) -> pl.DataFrame:
     return pl.DataFrame(schema=schema)
 
 
@@ -114,7 +114,7 @@ def outcomes_from_audit(audit: pl.DataFrame) -> pl.DataFrame:
     df = audit.filter(pl.col("kind").is_in(["approval", "rejection"]))
     return df.select(pl.col("time"), pl.when(pl.col("kind") == "approval").then(pl.lit("approved"))
                      .otherwise(pl.lit("rejected")).alias("kind"), pl.col("action_id").alias("target"),
-                     "incident_id", pl.col("by").alias("detail")).cast(OUTCOME_SCHEMA)
+                     "incident_id", pl.col("by").alias("detail")).cast(OUTCOME_SCHEMA)  # type: ignore[arg-type]  # polars types cast()'s keys as str | selector | dtype
 
 
 def outcomes_from_incidents(incidents: pl.DataFrame, categories: frozenset[str] | None = None) -> pl.DataFrame:
@@ -124,7 +124,7 @@ def outcomes_from_incidents(incidents: pl.DataFrame, categories: frozenset[str] 
     df = incidents.filter(pl.col("node").is_not_null() & pl.col("category").is_in(cats))
     return df.select(pl.col("first_seen").alias("time"), pl.lit("node_failed").alias("kind"),
                      pl.col("node").alias("target"), "incident_id",
-                     pl.col("category").alias("detail")).cast(OUTCOME_SCHEMA)
+                     pl.col("category").alias("detail")).cast(OUTCOME_SCHEMA)  # type: ignore[arg-type]  # polars types cast()'s keys as str | selector | dtype
 
 
 def outcomes_from_jobs(jobs: pl.DataFrame) -> pl.DataFrame:
@@ -139,7 +139,7 @@ def outcomes_from_jobs(jobs: pl.DataFrame) -> pl.DataFrame:
     node_rows = done.filter(pl.col("state") == "COMPLETED").explode("nodes").select(
         pl.col("end").alias("time"), pl.lit("node_healthy").alias("kind"), pl.col("nodes").alias("target"),
         pl.lit(None, pl.String).alias("incident_id"), ("job " + pl.col("job_id")).alias("detail"))
-    return pl.concat([job_rows.cast(OUTCOME_SCHEMA), node_rows.cast(OUTCOME_SCHEMA)])
+    return pl.concat([job_rows.cast(OUTCOME_SCHEMA), node_rows.cast(OUTCOME_SCHEMA)])  # type: ignore[arg-type]  # polars types cast()'s keys as str | selector | dtype
 
 
 # ---------------------------------------------------------------------------- grading

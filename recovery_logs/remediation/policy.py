@@ -108,8 +108,8 @@ def policy_from_dict(d: dict[str, Any], **overrides: Any) -> PolicyConfig:
     return PolicyConfig(**kw)
 
 
-_TOP = {"mode": str, "dry_run": bool, "cooldown_s": (int, float), "cluster": str}
-_SECTIONS = {"budget": {"per_hour": int, "per_incident": int},
+_TOP: dict[str, type | tuple[type, ...]] = {"mode": str, "dry_run": bool, "cooldown_s": (int, float), "cluster": str}
+_SECTIONS: dict[str, dict[str, type | tuple[type, ...]]] = {"budget": {"per_hour": int, "per_incident": int},
              "breaker": {"max_drain_fraction": (int, float), "window_s": (int, float), "cluster_nodes": int},
              "promotion": {"min_precision": (int, float), "min_incidents": int}}
 

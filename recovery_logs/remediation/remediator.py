@@ -218,7 +218,8 @@ class Remediator:
         d = self._consider(p, incident_id or "manual", f"resume by {by}",
                            key=f"resume_node:{node}:{incident_id or 'manual'}:{self.clock():.3f}")
         self.process_queue()
-        return self._refresh(d) if d else d
+        assert d is not None   # the key carries the clock: never a duplicate
+        return self._refresh(d)
 
     def _consider(self, p: ActionProposal, incident_id: str, cause: str, key: str | None = None) -> Decision | None:
         key = key or f"{p.kind}:{p.target}:{incident_id}"
@@ -340,8 +341,8 @@ class Remediator:
         for row in self.store.rows("queued"):
             if not ignore_backoff and row["next_attempt_ts"] > now:
                 continue
-            if self._run(row):
-                ran.append(self.action(row["id"]))
+            if self._run(row) and (done := self.action(row["id"])) is not None:
+                ran.append(done)
         return ran
 
     def _run(self, row: dict[str, Any]) -> bool:
@@ -403,7 +404,7 @@ class Remediator:
             row = self.action(rec.action_id or "")
             if row is None or row["status"] != "running":
                 continue
-            attempt = rec.payload.get("attempt")
+            attempt = int(rec.payload.get("attempt") or 0)
             try:
                 seen = self._observe(row)
             except SlurmError as exc:
@@ -419,7 +420,8 @@ class Remediator:
                     self.audit.append("reconcile", {"action_id": row["id"], "attempt": attempt, "outcome": "requeued",
                                                     "message": note}, incident_id=row["incident_id"],
                                       action_id=row["id"])
-            out.append(self.action(row["id"]))
+            if (after := self.action(row["id"])) is not None:
+                out.append(after)
         return out
 
     def _observe(self, row: dict[str, Any]) -> dict[str, Any] | None:

@@ -145,7 +145,7 @@ class Snapshot:
                 f" (trips above {self.max_drain_fraction:.0%})"
         text = (f"mode {self.mode} | budget {self.budget_used}/{self.budget_per_hour} this hour | "
                 f"dry-runs {self.dry_runs}\nbreaker {br} | {share}")
-        return Panel(text, title=f"recovery-logs console — {ns_to_iso(int(self.now * 1e9))[:19]}Z",
+        return Panel(text, title=f"recovery-logs console — {(ns_to_iso(int(self.now * 1e9)) or '')[:19]}Z",
                      title_align="left")
 
     def _lemons(self) -> Table:
@@ -178,7 +178,7 @@ def _lemons(state_dir: Path) -> tuple[tuple[str, str, float, str], ...]:
 
 def render(snapshot: Snapshot, width: int = 120) -> str:
     """Plain-text render at a fixed width (no colour): what ``console --once`` prints."""
-    con = Console(width=width, record=True, color_system=None, force_terminal=False, file=_Null(),
+    con = Console(width=width, record=True, color_system=None, force_terminal=False, file=_Null(),  # type: ignore[arg-type]  # write/flush is all it needs
                   highlight=False, soft_wrap=False)
     con.print(snapshot)
     return con.export_text()

@@ -83,8 +83,8 @@ def timeline_figure(findings: pl.DataFrame, incidents: Sequence[Any] = (), *, ti
 
     for n, d in enumerate(incs, 1):
         t0, td = iso_to_ns(d["first_seen"]), iso_to_ns(d["detected_at"])
-        ax.axvline(dt(t0), color="#d62728", linestyle="--", linewidth=0.8, zorder=0)
-        ax.axvline(dt(td), color="#d62728", linestyle="-", linewidth=0.8, alpha=0.6, zorder=0)
+        ax.axvline(dt(t0), color="#d62728", linestyle="--", linewidth=0.8, zorder=0)  # type: ignore[arg-type]  # date units
+        ax.axvline(dt(td), color="#d62728", linestyle="-", linewidth=0.8, alpha=0.6, zorder=0)  # type: ignore[arg-type]
         if d.get("node") in y:
             ax.annotate(f"#{n} {d.get('category')}", (dt(t0), y[d["node"]]), xytext=(4, 8),
                         textcoords="offset points", fontsize=8, color="#d62728")

@@ -130,6 +130,6 @@ def chunk_background(c: Cluster, tl: Timeline, rng: np.random.Generator, c0: int
     frames.append(kern)
     frames.append(_chatter(rng, np.array([c.ctl_host]), np.zeros(1, dtype=np.int64), c0, c1, 1 / 30.0, CTLD_CHATTER,
                            "slurmctld"))
-    frames = [f.cast(ROW_SCHEMA) for f in frames if f.height]
+    frames = [f.cast(ROW_SCHEMA) for f in frames if f.height]  # type: ignore[arg-type]  # polars types cast()'s keys as str | selector | dtype
     return pl.concat(frames, how="vertical") if frames else pl.DataFrame(schema=ROW_SCHEMA)
 

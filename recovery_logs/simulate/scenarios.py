@@ -8,7 +8,7 @@ the rest (79, 119, 120, 13, 31) ``xid``; the Xid code itself is in ``xid``.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -63,7 +63,7 @@ def _xid(s: Script, t: int, node: int, gpu: int, code: int, text: str, header: b
 
 
 def _crash(s: Script, t: int, rank: int, frames: list[tuple[str, int, str, str]], last: str,
-           exitcode: int = 1, extra: list[str] = ()) -> int:
+           exitcode: int = 1, extra: Sequence[str] = ()) -> int:
     """One rank dies with an exception: its traceback, torchrun teardown, peers abort, Slurm ends."""
     s.traceback(t, rank, frames, last)
     for line in extra:
@@ -209,6 +209,7 @@ def xid119_gsp(s: Script, f: Spec) -> Fault:
            "(GPU Reset Required)")
     end = sc.watchdog_cascade(s, f.t, {rank})
     sc.job_end_lines(s, end, "failed")
+    assert t is not None   # at least one GPU line was written
     return _hw_truth("xid119_gsp", f, t, 119, job_end=end + 5 * NS, progress_stop=f.t)
 
 

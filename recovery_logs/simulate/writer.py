@@ -146,7 +146,7 @@ class TextSink:
 class VLSink:
     """Writes VictoriaLogs JSON lines in arrival order (hosts deliver with different delays)."""
 
-    def __init__(self, path: Path, c: Cluster, push=None) -> None:
+    def __init__(self, path: Path | None, c: Cluster, push=None) -> None:
         self.fh: BinaryIO | None = open(path, "wb") if path is not None else None
         self.lines = 0
         self.push = push

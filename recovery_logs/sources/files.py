@@ -272,11 +272,11 @@ def events_from_vl_records(records: Iterable[dict[str, str]], opts: ReadOptions 
         cols: dict[str, list] = {k: [] for k in keys}
         raws, valid = [], []
         for r in rows:
-            ok = isinstance(r, dict)
-            valid.append(ok)
+            is_dict = isinstance(r, dict)
+            valid.append(is_dict)
             raws.append(_raw_json(r))
             for k in keys:
-                v = r.get(k) if ok else None
+                v = r.get(k) if is_dict else None
                 cols[k].append(None if v is None else v if isinstance(v, str) else json.dumps(v))
         df = pl.DataFrame({**cols, "text": raws, "valid": valid, "lineno": list(range(1, n + 1))},
                           schema={**schema, "text": pl.String, "valid": pl.Boolean, "lineno": pl.Int64})

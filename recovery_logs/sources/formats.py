@@ -372,7 +372,7 @@ def parse_journald(lines: pl.DataFrame, ctx: ParseContext) -> pl.DataFrame:
 
 def _byte_list_is_bad_utf8(v: str | None) -> bool:
     try:
-        bytes(json.loads(v)).decode("utf-8")
+        bytes(json.loads(v or "")).decode("utf-8")
     except UnicodeDecodeError:
         return True
     except (ValueError, TypeError):
@@ -383,7 +383,7 @@ def _byte_list_is_bad_utf8(v: str | None) -> bool:
 def _decode_byte_list(v: str | None) -> str | None:
     # only for journald MESSAGE fields that are not valid UTF-8 (rare): a JSON list of byte values
     try:
-        return bytes(json.loads(v)).decode("utf-8", errors="replace")
+        return bytes(json.loads(v or "")).decode("utf-8", errors="replace")
     except (ValueError, TypeError):
         return v
 

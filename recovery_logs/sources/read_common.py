@@ -126,9 +126,9 @@ class Deduper:
         if new.height:
             self._seen = pl.concat([self._seen, new])
             mx = new["ts"].max()
-            self._max_ts = mx if self._max_ts is None else max(self._max_ts, mx)
+            self._max_ts = mx if self._max_ts is None else max(self._max_ts, mx)  # type: ignore[type-var,assignment]  # polars literal
             if self._seen.height > 4 * max(new.height, 1024):
-                self._seen = self._seen.filter(pl.col("ts") >= self._max_ts - self.window_ns)
+                self._seen = self._seen.filter(pl.col("ts") >= self._max_ts - self.window_ns)  # type: ignore[operator]  # set above
         return first.fill_null(False)
 
 

@@ -24,6 +24,7 @@ import os
 import re
 import time as _time
 from pathlib import Path
+from typing import cast
 
 import polars as pl
 
@@ -225,12 +226,12 @@ class TextParser:
         if lines.height == 0:
             q = pl.concat(quar) if quar else empty_quarantine()
             return Batch(pl.DataFrame(schema=EVENT_SCHEMA), q, stats)
-        parsed = parse_lines(lines, self.fmt, self.ctx)
+        parsed = parse_lines(lines, cast(str, self.fmt), self.ctx)   # detected above
         if self.fmt == "vl-jsonl":
             rec = self._json_records(parsed, stats, quar)
             self._carry = self._carry.clear()
         else:
-            end = int(lines["lineno"].max())
+            end = int(lines["lineno"].max())  # type: ignore[arg-type]  # polars types an aggregate as any Python literal
             rec = self._text_records(parsed, final, end, stats, drain, quar)
         events, q = self.finisher.finish(rec, stats)
         if q.height:
@@ -283,7 +284,7 @@ class TextParser:
         whole = parsed
         if "malformed" in parsed.columns:         # journald lines that are not JSON objects
             parsed = parsed.filter(~pl.col("malformed"))
-        g = group_records(parsed, self.fmt)
+        g = group_records(parsed, cast(str, self.fmt))
         # --- carry: everything from the first line of a record that may still grow ------------
         if final or drain:
             cut = end + 1
@@ -291,11 +292,11 @@ class TextParser:
             # the last record of each stream active in the last CONT_WINDOW lines may still grow:
             # hold from the earliest first line of those (and of any record reaching past that)
             last = g.group_by("key").agg(pl.col("lineno").max().alias("l"), pl.col("gfirst").last().alias("f"))
-            cut = last.filter(pl.col("l") > end - CONT_WINDOW)["f"].min()
-            cut = end + 1 if cut is None else int(cut)
+            first_open = last.filter(pl.col("l") > end - CONT_WINDOW)["f"].min()
+            cut = end + 1 if first_open is None else int(first_open)  # type: ignore[arg-type]  # polars literal
             tail = g.filter(pl.col("lineno") >= cut)
             while tail.height:
-                lo = tail["gfirst"].min()
+                lo = cast(int | None, tail["gfirst"].min())
                 if lo is None or lo >= cut:
                     break
                 cut = int(lo)
@@ -311,7 +312,7 @@ class TextParser:
             elif idx.len() or end >= HEAD_HOLD or final or drain:
                 self._head_fill = self.mtime_ns
             elif g.height:
-                cut = int(g["lineno"].min())   # hold everything until we know
+                cut = int(g["lineno"].min())  # type: ignore[arg-type]  # polars types an aggregate as any Python literal; hold everything until we know
         if self._head_fill is not None:
             g = g.with_columns(ff=pl.col("ff").fill_null(self._head_fill))
         emit = g.filter(pl.col("lineno") < cut)

@@ -55,7 +55,7 @@ def _short(text: str | None, n: int = 200) -> str | None:
 
 
 def _vl_error(message: str, query: str | None, **context: object) -> VictoriaLogsError:
-    err = VictoriaLogsError(message, query=_short(query), **context)
+    err = VictoriaLogsError(message, query=_short(query), **context)  # type: ignore[arg-type]  # context: status, server_message
     err.query = query     # the attribute keeps the whole query
     return err
 
@@ -150,7 +150,7 @@ class VictoriaLogsClient:
             if attempt:
                 time.sleep(self.backoff * (2 ** (attempt - 1)))
             try:
-                resp = self.session.request(method, url, stream=stream, timeout=timeout, **kwargs)
+                resp = self.session.request(method, url, stream=stream, timeout=timeout, **kwargs)  # type: ignore[arg-type]
             except requests.ConnectionError as exc:
                 last = _vl_error(f"cannot connect to VictoriaLogs at {self.base_url}: {_conn_reason(exc)}",
                                  query, path=path)
