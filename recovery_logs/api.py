@@ -40,7 +40,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 from importlib import resources
 from pathlib import Path
-from typing import Any
 
 import polars as pl
 
@@ -64,10 +63,10 @@ from recovery_logs.frames import (
     logsql_for_line,
     root_rule,
 )
-from recovery_logs.pipeline.replay import ReplayOptions, replay
+from recovery_logs.pipeline.replay import ReplayOptions, ReplayResult, replay
 from recovery_logs.schema import EVENT_SCHEMA
 from recovery_logs.sources.files import ReadOptions, events_from_vl_records, read_paths
-from recovery_logs.sources.slurm import SlurmClient
+from recovery_logs.sources.slurm import CommandRunner, SlurmClient
 from recovery_logs.sources.victorialogs import VictoriaLogsClient, parse_url
 
 __all__ = [
@@ -96,7 +95,7 @@ def bundled_incident(name: str) -> Path:
     return p
 
 
-def bundled_read_options(name: str) -> Any:
+def bundled_read_options(name: str) -> ReadOptions:
     """Read options for a bundled incident: its syslog/glog lines carry no year, its truth.json does."""
 
     truth = load_truth(bundled_incident(name)) or {}
@@ -106,7 +105,7 @@ def bundled_read_options(name: str) -> Any:
 # ---------------------------------------------------------------------------- events
 def load_events(source: str | Path | Sequence[str | Path], *, fmt: str = "auto", query: str = "*",
                 start: int | str | None = None, end: int | str | None = None, limit: int | None = None,
-                client: Any = None) -> pl.DataFrame:
+                client: VictoriaLogsClient | None = None) -> pl.DataFrame:
     """Events (``EVENT_SCHEMA``, sorted by time then seq) from files or from VictoriaLogs.
 
     ``source``: paths (files, directories, globs, ``.parquet``), or ``victorialogs://HOST:PORT``
@@ -134,7 +133,7 @@ def load_events(source: str | Path | Sequence[str | Path], *, fmt: str = "auto",
     return read_paths(paths, ReadOptions(fmt=fmt)).events
 
 
-def replay_incident(name_or_paths: str | Path | Sequence[str | Path], config: Any = None) -> Any:
+def replay_incident(name_or_paths: str | Path | Sequence[str | Path], config: EngineConfig | None = None) -> ReplayResult:
     """Replay a bundled incident (by name) or any paths; returns the ``ReplayResult``."""
 
     read = None
@@ -152,7 +151,8 @@ def replay_incident(name_or_paths: str | Path | Sequence[str | Path], config: An
 
 
 def load_slurm_jobs(job_ids: Sequence[str] = (), *, start: str = "now-7days", end: str | None = None,
-                    nodes: Sequence[str] = (), client: Any = None, runner: Any = None) -> pl.DataFrame:
+                    nodes: Sequence[str] = (), client: SlurmClient | None = None,
+                    runner: CommandRunner | None = None) -> pl.DataFrame:
     """Slurm accounting (``sacct``) as ``JOB_FRAME_SCHEMA``. ``client``: a ``SlurmClient``; ``runner``:
     a ``CommandRunner`` (e.g. a recording runner in tests); default runs the local ``sacct``."""
 

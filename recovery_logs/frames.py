@@ -27,7 +27,7 @@ import json
 from collections.abc import Iterable, Mapping
 from functools import lru_cache
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import polars as pl
 
@@ -35,6 +35,9 @@ from recovery_logs.detectors.rulepack import load_packs
 from recovery_logs.errors import InputError
 from recovery_logs.schema import TIME, SchemaDict
 from recovery_logs.timeutil import iso_to_ns, ns_to_iso
+
+if TYPE_CHECKING:
+    from recovery_logs.sources.slurm import JobRecord
 
 __all__ = ["ACTION_FRAME_SCHEMA", "AUDIT_FRAME_SCHEMA", "CANDIDATE_FRAME_SCHEMA", "EVIDENCE_FRAME_SCHEMA", "INCIDENT_FRAME_SCHEMA", "JOB_FRAME_SCHEMA", "actions_frame", "candidates_frame", "evidence_frame", "incident_dicts", "incidents_frame", "jobs_frame", "logsql_for_line", "root_rule", "rows_frame"]
 
@@ -252,7 +255,7 @@ def actions_frame(source: Any) -> pl.DataFrame:
     return rows_frame(rows, ACTION_FRAME_SCHEMA)
 
 
-def jobs_frame(records: Iterable[Any]) -> pl.DataFrame:
+def jobs_frame(records: Iterable[JobRecord]) -> pl.DataFrame:
     """``sources.slurm.JobRecord`` objects -> ``JOB_FRAME_SCHEMA``.
 
     ``elapsed_s`` is end - start (null while running); ``gpu_hours`` is gpus x elapsed / 3600.

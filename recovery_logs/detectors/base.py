@@ -42,7 +42,10 @@ class DetectContext:
 
 @runtime_checkable
 class Detector(Protocol):
-    name: str
+    @property
+    def name(self) -> str:
+        """``detector.<name>`` is the rule id of the findings it adds."""
+        ...
 
     def detect(self, findings: pl.DataFrame, windows: pl.DataFrame, ctx: DetectContext) -> pl.DataFrame:
         """Pure. Return NEW findings (FINDING_SCHEMA) derived from accumulated state up to

@@ -20,10 +20,10 @@ import polars as pl
 
 from recovery_logs.attribution import Attributor
 from recovery_logs.config import EngineConfig
-from recovery_logs.detectors.base import DetectContext
+from recovery_logs.detectors.base import DetectContext, Detector
 from recovery_logs.detectors.hangs import HangDetector
 from recovery_logs.detectors.iforest import AnomalyDetector
-from recovery_logs.detectors.rulepack import load_packs
+from recovery_logs.detectors.rulepack import RulePack, load_packs
 from recovery_logs.detectors.rules import match
 from recovery_logs.detectors.stragglers import StragglerDetector
 from recovery_logs.errors import ConfigError
@@ -42,15 +42,15 @@ from recovery_logs.windows import (
 
 
 @functools.lru_cache(maxsize=4)
-def _anomaly_detector(models_dir: str | None) -> Any:
+def _anomaly_detector(models_dir: str | None) -> AnomalyDetector:
     """Load (and checksum) the shipped model once per process; the detector itself is stateless."""
 
     return AnomalyDetector.default(Path(models_dir) if models_dir else None)
 
 
-def default_detectors(config: EngineConfig) -> list[Any]:
+def default_detectors(config: EngineConfig) -> list[Detector]:
     """Behavioural detectors named in ``config.detectors`` (see recovery_logs.detectors)."""
-    out: list[Any] = []
+    out: list[Detector] = []
     for name in config.detectors:
         if name == "hangs":
             out.append(HangDetector())
@@ -67,8 +67,8 @@ def default_detectors(config: EngineConfig) -> list[Any]:
 class Engine:
     """Accumulates evidence from event batches and ranks incidents on demand."""
 
-    def __init__(self, config: EngineConfig | None = None, pack: Any = None,
-                 detectors: Sequence[Any] | None = None, job_states: dict[str, str] | None = None) -> None:
+    def __init__(self, config: EngineConfig | None = None, pack: RulePack | None = None,
+                 detectors: Sequence[Detector] | None = None, job_states: dict[str, str] | None = None) -> None:
         self.config = config or EngineConfig()
         self.pack = pack if pack is not None else load_packs(self.config.rules_dir)
         self.detectors = list(detectors) if detectors is not None else default_detectors(self.config)

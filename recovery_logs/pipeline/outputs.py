@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import polars as pl
 import pyarrow.parquet as pq
@@ -32,7 +32,7 @@ def prepare_out_dir(out_dir: Path) -> None:
     (out_dir / "events.parquet").unlink(missing_ok=True)
 
 
-def write_events(out_dir: Path, events: pl.DataFrame, writer: Any) -> Any:
+def write_events(out_dir: Path, events: pl.DataFrame, writer: pq.ParquetWriter | None) -> pq.ParquetWriter:
     table = events.to_arrow()
     if writer is None:
         writer = pq.ParquetWriter(str(out_dir / "events.parquet"), table.schema, compression="zstd")

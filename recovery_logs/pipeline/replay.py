@@ -24,7 +24,8 @@ from recovery_logs.pipeline.outputs import prepare_out_dir, write_events, write_
 from recovery_logs.records import Incident
 from recovery_logs.remediation.plan import RECORD_ONLY
 from recovery_logs.schema import empty_quarantine, own_strings
-from recovery_logs.sources.files import ReadOptions, iter_batches
+from recovery_logs.sources.files import iter_batches
+from recovery_logs.sources.read_common import Batch, ReadOptions
 from recovery_logs.timeutil import ns_to_iso
 
 __all__ = ["COALESCE_ROWS", "QUARANTINE_KEYS", "ReplayOptions", "ReplayResult", "replay"]
@@ -32,7 +33,7 @@ __all__ = ["COALESCE_ROWS", "QUARANTINE_KEYS", "ReplayOptions", "ReplayResult", 
 
 @dataclass(frozen=True)
 class ReplayOptions:
-    read: Any = None                     # sources.files.ReadOptions (None: defaults)
+    read: ReadOptions | None = None      # None: defaults
     config: EngineConfig = field(default_factory=EngineConfig)
     out_dir: Path | None = None
 
@@ -60,7 +61,7 @@ QUARANTINE_KEYS = ("malformed", "invalid_utf8", "oversized", "bad_timestamp", "o
 
 
 def replay(paths: Sequence[str | Path], options: ReplayOptions | None = None,
-           batches: Iterable[Any] | None = None, engine: Engine | None = None) -> ReplayResult:
+           batches: Iterable[Batch] | None = None, engine: Engine | None = None) -> ReplayResult:
     """Read ``paths`` (or the given ``batches``), detect, attribute and plan; record, never act."""
 
     opts = options or ReplayOptions()

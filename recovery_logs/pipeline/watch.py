@@ -32,7 +32,7 @@ from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import polars as pl
 
@@ -45,12 +45,15 @@ from recovery_logs.sources.files import events_from_vl_records
 from recovery_logs.sources.follow import FileFollower
 from recovery_logs.sources.formats import vl_columns
 from recovery_logs.sources.history import history_rows
-from recovery_logs.sources.read_common import ReadOptions
+from recovery_logs.sources.read_common import Batch, ReadOptions
 from recovery_logs.sources.read_text import TextParser
 from recovery_logs.sources.rowkeys import record_key
 from recovery_logs.sources.tail import VLFollower
 from recovery_logs.sources.victorialogs import VictoriaLogsClient, parse_url
 from recovery_logs.timeutil import NS, ns_to_iso
+
+if TYPE_CHECKING:
+    from recovery_logs.pipeline.metrics import WatchMetrics
 
 __all__ = ["WatchOptions", "Watcher", "compose_query", "incident_rows", "parse_sources"]
 
@@ -80,7 +83,7 @@ class WatchOptions:
     prefilter: bool = True
     tail_offset: str = "1s"
     tail_start_offset: str = "5s"
-    read: Any = None                     # sources.read_common.ReadOptions
+    read: ReadOptions | None = None
     config: EngineConfig | None = None
     max_keys: int = 2_000_000
     reconnect_backoff_s: float = 0.5
@@ -145,7 +148,7 @@ def _changed(old: dict[str, Any] | None, inc: Incident) -> bool:
             or inc.status != old.get("status") or inc.severity != old.get("severity"))
 
 
-def _shift_lines(batch: Any, counter: list[int], n: int) -> Any:
+def _shift_lines(batch: Batch, counter: list[int], n: int) -> Batch:
     """Make ``line`` the row's position in the whole read, not in its batch (replay == watch)."""
     off = counter[0]
     counter[0] += n
@@ -160,10 +163,10 @@ class Watcher:
     """Drives one watch. ``emit(kind, incident)`` gets each new/updated incident (kind is
     ``"new"`` or ``"updated"``); ``on_incidents(list)`` gets them per step (remediation hook)."""
 
-    def __init__(self, options: WatchOptions, *, engine: Any = None,
+    def __init__(self, options: WatchOptions, *, engine: Engine | None = None,
                  emit: Callable[[str, Incident], None] | None = None,
                  on_incidents: Callable[[list[Incident]], None] | None = None,
-                 metrics: Any = None, clock: Callable[[], int] = time.time_ns,
+                 metrics: WatchMetrics | None = None, clock: Callable[[], int] = time.time_ns,
                  client: VictoriaLogsClient | None = None) -> None:
         self.options = options
         cfg = options.config or EngineConfig(lateness_s=options.lateness_s, rules_dir=options.rules_dir)
@@ -274,7 +277,7 @@ class Watcher:
         batch = events_from_vl_records(rows, self.read, seq_start=self.seq, file=f"victorialogs:{self.vl_url}")
         return _shift_lines(batch, self._vl_lines, len(rows))
 
-    def _file_batches(self, now: int, final: bool = False) -> list[Any]:
+    def _file_batches(self, now: int, final: bool = False) -> list[Batch]:
         assert self.files is not None
         out = []
         for path, data, restarted in self.files.poll():
@@ -297,7 +300,7 @@ class Watcher:
         return out
 
     # -- one step ----------------------------------------------------------------------------
-    def _feed(self, batch: Any, count_late: bool = True, tally: bool = True) -> int:
+    def _feed(self, batch: Batch, count_late: bool = True, tally: bool = True) -> int:
         if tally:
             self.stats.update({k: v for k, v in batch.stats.items() if isinstance(v, int) and k != "events"})
         ev: pl.DataFrame = batch.events

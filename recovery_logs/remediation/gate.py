@@ -17,7 +17,12 @@ import polars as pl
 
 from recovery_logs.errors import ConfigError
 from recovery_logs.remediation.grading import GRADE_SCHEMA, rule_precision
-from recovery_logs.remediation.policy import DEFAULT_PROMOTION_INCIDENTS, DEFAULT_PROMOTION_PRECISION
+from recovery_logs.remediation.policy import (
+    DEFAULT_PROMOTION_INCIDENTS,
+    DEFAULT_PROMOTION_PRECISION,
+    PolicyConfig,
+    Verdict,
+)
 
 __all__ = ["PromotionGate", "gate_verdict"]
 
@@ -42,11 +47,12 @@ class PromotionGate:
             raise ConfigError("promotion gate: min_incidents must be >= 1", value=self.min_incidents)
 
     @classmethod
-    def from_policy(cls, policy: Any) -> PromotionGate | None:
+    def from_policy(cls, policy: PolicyConfig) -> PromotionGate | None:
         """The gate a validated ``PolicyConfig`` asks for (its ``[promotion]`` table), or None."""
-        if getattr(policy, "promotion_min_precision", None) is None:
+        precision = policy.promotion_min_precision
+        if precision is None:
             return None
-        return cls(float(policy.promotion_min_precision), int(policy.promotion_min_incidents))
+        return cls(float(precision), int(policy.promotion_min_incidents))
 
     @classmethod
     def from_mapping(cls, data: Mapping[str, Any]) -> PromotionGate:
@@ -82,8 +88,8 @@ class PromotionGate:
                               .and_(pl.col("graded_incidents") >= self.min_incidents).alias("promoted"))
 
 
-def gate_verdict(verdict: Any, rule_id: str, gate: PromotionGate | None, grades: pl.DataFrame | None,
-                 *, approved_by_human: bool = False) -> Any:
+def gate_verdict(verdict: Verdict, rule_id: str, gate: PromotionGate | None, grades: pl.DataFrame | None,
+                 *, approved_by_human: bool = False) -> Verdict:
     """Policy hook: an ``approved`` ``Verdict`` of a rule the gate does not promote becomes
     ``proposed`` (waits for an operator). Human approvals and other decisions pass unchanged."""
     if gate is None or approved_by_human or verdict.decision != "approved":

@@ -32,11 +32,12 @@ is :mod:`recovery_logs.remediation.gate`; ``grades_from_state`` grades a state d
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any
 
 import polars as pl
 
-from recovery_logs.audit import load_audit
+from recovery_logs.audit import AuditLog, load_audit
 from recovery_logs.errors import ConfigError
 from recovery_logs.frames import incidents_frame, root_rule, rows_frame
 from recovery_logs.records import ActionProposal
@@ -215,7 +216,7 @@ def rule_precision(grades: pl.DataFrame) -> pl.DataFrame:
 # ---------------------------------------------------------------------------- from a state dir
 
 
-def grades_from_state(state_dir: Any, later_incidents: Any = None, horizon_s: float = 7 * 86400.0) -> pl.DataFrame:
+def grades_from_state(state_dir: str | Path | AuditLog, later_incidents: Any = None, horizon_s: float = 7 * 86400.0) -> pl.DataFrame:
     """Grades (``GRADE_SCHEMA``) of the proposals in a state dir's audit trail.
 
     Outcomes: approvals/rejections and later hardware incidents recorded there (``detection``

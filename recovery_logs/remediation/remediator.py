@@ -26,6 +26,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import polars as pl
+
 from recovery_logs.audit import AuditLog
 from recovery_logs.errors import PolicyError, SlurmError, SlurmUnavailable, UnsafeTargetError
 from recovery_logs.records import ActionProposal, Incident
@@ -40,6 +42,7 @@ from recovery_logs.remediation.policy import (
     Executed,
     PolicyConfig,
     PolicyState,
+    Verdict,
     decide,
     load_policy,
     policy_from_dict,
@@ -86,7 +89,7 @@ class Remediator:
         self.store = ActionStore(audit)
         self.duplicates = 0
         self._nodes_retry_at = 0.0
-        self._grades: Any = None
+        self._grades: pl.DataFrame | None = None
         self._grades_at = -1e18
         self._rule_of: dict[str, str] = {}
 
@@ -257,7 +260,7 @@ class Remediator:
             return self._decide(existing, act, key, p, incident_id, cause, v.decision, status, v.reason,
                                 v.state, now)
 
-    def _gate(self, v: Any, incident_id: str, now: float) -> Any:
+    def _gate(self, v: Verdict, incident_id: str, now: float) -> Verdict:
         """Promotion gate: an autonomous action of a rule whose graded precision has not earned trust
         waits for an operator instead (see recovery_logs.remediation.gate)."""
         if self.config.promotion_min_precision is None or v.decision != "approved":

@@ -20,7 +20,7 @@ import io
 from collections.abc import Sequence
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import polars as pl
 
@@ -35,6 +35,9 @@ from recovery_logs.frames import (
 from recovery_logs.remediation.gate import PromotionGate
 from recovery_logs.remediation.grading import rule_precision
 from recovery_logs.timeutil import iso_to_ns
+
+if TYPE_CHECKING:
+    from recovery_logs.pipeline.replay import ReplayResult
 
 __all__ = ["ROLE_STYLE", "figure_png_base64", "html_report", "timeline_figure", "write_html_report"]
 
@@ -140,7 +143,7 @@ text-align:left;vertical-align:top}th{background:#f3f3f3}code{font-size:12px;wor
 .crit{color:#b00}img{max-width:100%}"""
 
 
-def html_report(result: Any, grades: pl.DataFrame | None = None, gate: Any = None) -> str:
+def html_report(result: ReplayResult, grades: pl.DataFrame | None = None, gate: PromotionGate | None = None) -> str:
     """The HTML text of a replay report (see ``write_html_report``)."""
     s = result.summary
     incs = result.incidents
@@ -182,8 +185,8 @@ def html_report(result: Any, grades: pl.DataFrame | None = None, gate: Any = Non
     return "\n".join(parts) + "\n"
 
 
-def write_html_report(result: Any, out_dir: str | Path, *, grades: pl.DataFrame | None = None,
-                      gate: Any = None) -> Path:
+def write_html_report(result: ReplayResult, out_dir: str | Path, *, grades: pl.DataFrame | None = None,
+                      gate: PromotionGate | None = None) -> Path:
     """Write ``out_dir/report.html`` (self-contained: the timeline plot is an embedded PNG)."""
 
     out = Path(out_dir)

@@ -18,6 +18,7 @@ from recovery_logs.records import Incident
 from recovery_logs.timeutil import iso_to_ns, ns_to_iso
 
 if TYPE_CHECKING:
+    from recovery_logs.pipeline.replay import ReplayResult
     from recovery_logs.remediation.gate import PromotionGate
 
 SEV_STYLE = {"critical": "bold red", "high": "red", "medium": "yellow", "low": "cyan", "info": "dim"}
@@ -131,7 +132,7 @@ def summary_table(summary: dict[str, Any]) -> Table:
     return t
 
 
-def terminal_report(result: Any, max_incidents: int = 10) -> Group:
+def terminal_report(result: ReplayResult, max_incidents: int = 10) -> Group:
     """The rich renderable of a ReplayResult."""
     parts: list[Any] = [Text("recovery-logs replay", style="bold"), summary_table(result.summary), Text("")]
     incs = result.incidents
@@ -159,7 +160,7 @@ def _parse(s: str | None) -> int | None:
     return iso_to_ns(s)
 
 
-def markdown_report(result: Any) -> str:
+def markdown_report(result: ReplayResult) -> str:
     s = result.summary
     lines = ["# recovery-logs replay report", "",
              f"{s.get('events')} events from {s.get('files')} file(s), {s.get('quarantined')} quarantined, "
@@ -192,7 +193,7 @@ def markdown_report(result: Any) -> str:
     return "\n".join(lines) + "\n"
 
 
-def precision_renderable(table: pl.DataFrame, gate: PromotionGate) -> Any:
+def precision_renderable(table: pl.DataFrame, gate: PromotionGate) -> Table:
     """A rich table of ``PromotionGate.table`` output (for ``grade`` and the console)."""
 
     t = Table(title=f"self-grading: rules act alone at precision >= {gate.min_precision:.2f} over "

@@ -9,11 +9,11 @@ event ``Batch``es with ``line`` = the row's position in the whole read.
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
-from typing import Any
 
 from recovery_logs.errors import ConfigError
-from recovery_logs.sources.files import ReadOptions, events_from_vl_records
+from recovery_logs.sources.files import events_from_vl_records
 from recovery_logs.sources.formats import vl_columns
+from recovery_logs.sources.read_common import Batch, ReadOptions
 from recovery_logs.sources.rowkeys import record_key
 from recovery_logs.sources.victorialogs import VictoriaLogsClient
 
@@ -55,8 +55,8 @@ def history_rows(client: VictoriaLogsClient, query: str, start_ns: int, end_ns: 
         cur = last_t
 
 
-def history_batches(base_url: str, query: str, start_ns: int, end_ns: int, opts: Any = None,
-                    page_size: int = 50_000, client: VictoriaLogsClient | None = None) -> Iterator[Any]:
+def history_batches(base_url: str, query: str, start_ns: int, end_ns: int, opts: ReadOptions | None = None,
+                    page_size: int = 50_000, client: VictoriaLogsClient | None = None) -> Iterator[Batch]:
     """``replay --source victorialogs://...``: Batches (sources.files.Batch) over a time range,
     read losslessly by paging ``/query`` in ``_time`` order."""
 
