@@ -49,21 +49,15 @@ def plan(inc: Incident, config: EngineConfig, decision: str = RECORD_ONLY) -> tu
     node_ok = inc.node is not None and inc.confidence >= config.drain_min_confidence
     culprit = (inc.node,) if inc.node else ()
     out: list[ActionProposal] = []
-    if a == "drain_node_and_requeue":
+    if a in ("drain_node_and_requeue", "reset_gpu"):   # the node goes out of service (and its GPU is reset)
+        reset = a == "reset_gpu"
         if node_ok:
-            out.append(p(ActionKind.DRAIN_NODE, inc.node))
+            out.append(p(ActionKind.DRAIN_NODE, inc.node, f"GPU reset required: {reason}" if reset else reason))
+            if reset:
+                out.append(p(ActionKind.RESET_GPU, f"{inc.node}:{inc.gpu}" if inc.gpu is not None else inc.node))
         else:
             out.append(p(ActionKind.INVESTIGATE, inc.node or inc.job_id,
-                         f"drain withheld (no confident culprit): {reason}"))
-        if inc.job_id:
-            out.append(p(ActionKind.REQUEUE_JOB, inc.job_id, exclude=culprit if node_ok else ()))
-    elif a == "reset_gpu":
-        if node_ok:
-            out.append(p(ActionKind.DRAIN_NODE, inc.node, f"GPU reset required: {reason}"))
-            out.append(p(ActionKind.RESET_GPU, f"{inc.node}:{inc.gpu}" if inc.gpu is not None else inc.node))
-        else:
-            out.append(p(ActionKind.INVESTIGATE, inc.node or inc.job_id,
-                         f"GPU reset withheld (no confident culprit): {reason}"))
+                         f"{'GPU reset' if reset else 'drain'} withheld (no confident culprit): {reason}"))
         if inc.job_id:
             out.append(p(ActionKind.REQUEUE_JOB, inc.job_id, exclude=culprit if node_ok else ()))
     elif a == "requeue_only":
