@@ -50,6 +50,11 @@ class Inc:
     def j(self, t, host, line):
         self.job[host].append((t, line))
 
+    def lines(self, t, host, lines):
+        """Consecutive job-output lines (a traceback), one microsecond apart."""
+        for i, line in enumerate(lines):
+            self.j(t + timedelta(microseconds=i), host, line)
+
     def write(self, truth):
         base = os.path.join(OUT, self.name)
         os.makedirs(base, exist_ok=True)
@@ -66,6 +71,24 @@ class Inc:
             with open(os.path.join(base, f"job-{JOB}", f"{n}.out"), "w") as f:
                 for _, line in sorted(self.job[n], key=lambda x: x[0]):
                     f.write(line + "\n")
+
+
+def truth(fault_kind, category, host, gpu, ft, acceptable, *, xid=None, decisive=None, node_fault=True):
+    """truth.json fields of one incident; a node fault must never drain the other nodes, an
+    application fault none. ``xid`` only where the fault is an XID."""
+    d = {"fault_kind": fault_kind, "category": category, "culprit_node": host, "culprit_gpu": gpu,
+         "fault_time": iso(ft), "decisive_time": iso(decisive or ft), "expect_incident": True,
+         "acceptable_actions": list(acceptable),
+         "never_drain": [n for n in NODES if n != host] if node_fault else NODES}
+    if xid is not None:
+        d["xid"] = xid
+    return d
+
+
+def watchdog_abort(inc, t, host, rank, error):
+    """PyTorch's ProcessGroupNCCL watchdog giving up on a rank with ``error``."""
+    inc.j(t, host, torchglog(rank, t, "E", "ProcessGroupNCCL.cpp:1595",
+                             f"[PG 0 (default_pg) Rank {rank}] Process group watchdog thread terminated with exception: {error}"))
 
 
 def common(inc, end_iter, fail_t=None):
@@ -122,7 +145,7 @@ def watchdog_timeouts(inc, t, nodes, seq=48213):
             inc.j(ts, n, torchglog(r, ts, "E", "ProcessGroupNCCL.cpp:616", f"[Rank {r}] Watchdog caught collective operation timeout: WorkNCCL(SeqNum={seq}, OpType=ALLREDUCE, NumelIn=16777216, NumelOut=16777216, Timeout(ms)=600000) ran for 600047 milliseconds before timing out."))
         ts = t + timedelta(seconds=1)
         r = NODES.index(n) * 8
-        inc.j(ts, n, torchglog(r, ts, "E", "ProcessGroupNCCL.cpp:1595", f"[PG 0 (default_pg) Rank {r}] Process group watchdog thread terminated with exception: [Rank {r}] Watchdog caught collective operation timeout: WorkNCCL(SeqNum={seq}, OpType=ALLREDUCE, NumelIn=16777216, NumelOut=16777216, Timeout(ms)=600000) ran for 600047 milliseconds before timing out."))
+        watchdog_abort(inc, ts, n, r, f"[Rank {r}] Watchdog caught collective operation timeout: WorkNCCL(SeqNum={seq}, OpType=ALLREDUCE, NumelIn=16777216, NumelOut=16777216, Timeout(ms)=600000) ran for 600047 milliseconds before timing out.")
 
 
 def xid79():
@@ -138,14 +161,11 @@ def xid79():
     inc.k(ft + timedelta(seconds=1), host, f"NVRM: Xid (PCI:0000:{PCIS[g]}): 45, pid=52737, name=python3, Ch 00000010")
     r = 8 + g
     t1 = ft + timedelta(milliseconds=333)
-    inc.j(t1, host, torchglog(r, t1, "E", "ProcessGroupNCCL.cpp:1595", f"[PG 0 (default_pg) Rank {r}] Process group watchdog thread terminated with exception: CUDA error: unspecified launch failure"))
+    watchdog_abort(inc, t1, host, r, "CUDA error: unspecified launch failure")
     inc.j(t1, host, f"{host}:52737:53101 [{g}] NCCL WARN Cuda failure 'unspecified launch failure'")
     watchdog_timeouts(inc, ft + timedelta(seconds=600, milliseconds=41), ["gpu-n01", "gpu-n03", "gpu-n04"])
     teardown(inc, ft + timedelta(seconds=606))
-    inc.write({"fault_kind": "xid79_cascade", "category": "xid", "xid": 79, "culprit_node": host, "culprit_gpu": g,
-               "fault_time": iso(ft), "decisive_time": iso(ft), "expect_incident": True,
-               "acceptable_actions": ["drain_node", "requeue_job", "reset_gpu"],
-               "never_drain": [n for n in NODES if n != host]})
+    inc.write(truth("xid79_cascade", "xid", host, g, ft, ["drain_node", "requeue_job", "reset_gpu"], xid=79))
 
 
 def xid48():
@@ -169,18 +189,14 @@ def xid48():
         f"[rank{r}]: RuntimeError: CUDA error: uncorrectable ECC error encountered",
         f"[rank{r}]: CUDA kernel errors might be asynchronously reported at some other API call, so the stacktrace below might be incorrect.",
     ]
-    for i, line in enumerate(tb):
-        inc.j(t1 + timedelta(microseconds=i), host, line)
+    inc.lines(t1, host, tb)
     for n in ["gpu-n01", "gpu-n02", "gpu-n04"]:
         r0 = NODES.index(n) * 8
         t2 = ft + timedelta(seconds=2, milliseconds=10 * r0)
         inc.j(t2, n, f"{n}:{52731}:{53120} [0] NCCL INFO [Service thread] Connection closed by localRank 0")
-        inc.j(t2, n, torchglog(r0, t2, "E", "ProcessGroupNCCL.cpp:1595", f"[PG 0 (default_pg) Rank {r0}] Process group watchdog thread terminated with exception: NCCL error: remote process exited or there was a network error, NCCL version 2.21.5"))
+        watchdog_abort(inc, t2, n, r0, "NCCL error: remote process exited or there was a network error, NCCL version 2.21.5")
     teardown(inc, ft + timedelta(seconds=8))
-    inc.write({"fault_kind": "xid48_row_remap", "category": "ecc_memory", "xid": 48, "culprit_node": host, "culprit_gpu": g,
-               "fault_time": iso(ft), "decisive_time": iso(ft), "expect_incident": True,
-               "acceptable_actions": ["drain_node", "requeue_job", "reset_gpu"],
-               "never_drain": [n for n in NODES if n != host]})
+    inc.write(truth("xid48_row_remap", "ecc_memory", host, g, ft, ["drain_node", "requeue_job", "reset_gpu"], xid=48))
 
 
 def ib_down():
@@ -198,12 +214,10 @@ def ib_down():
             inc.j(t1, n, f"{n}:{pid}:{pid + 281} [{g}] NCCL INFO transport/net.cc:1298 -> 6")
         r0 = NODES.index(n) * 8
         t2 = ft + timedelta(seconds=20)
-        inc.j(t2, n, torchglog(r0, t2, "E", "ProcessGroupNCCL.cpp:1595", f"[PG 0 (default_pg) Rank {r0}] Process group watchdog thread terminated with exception: NCCL error: remote process exited or there was a network error, NCCL version 2.21.5\nncclRemoteError: A call failed possibly due to a network error or a remote process exiting prematurely.\nLast error:\nNET/IB : Got completion from peer {IPS[host]}<43211> with status=12 opcode=0 len=0 vendor err 129 (Recv)"))
+        watchdog_abort(inc, t2, n, r0, f"NCCL error: remote process exited or there was a network error, NCCL version 2.21.5\nncclRemoteError: A call failed possibly due to a network error or a remote process exiting prematurely.\nLast error:\nNET/IB : Got completion from peer {IPS[host]}<43211> with status=12 opcode=0 len=0 vendor err 129 (Recv)")
     teardown(inc, ft + timedelta(seconds=25))
-    inc.write({"fault_kind": "ib_link_down", "category": "infiniband_link", "culprit_node": host, "culprit_gpu": None,
-               "fault_time": iso(ft - timedelta(seconds=2)), "decisive_time": iso(ft - timedelta(seconds=2)),
-               "expect_incident": True, "acceptable_actions": ["drain_node", "requeue_job", "investigate"],
-               "never_drain": [n for n in NODES if n != host]})
+    inc.write(truth("ib_link_down", "infiniband_link", host, None, ft - timedelta(seconds=2),
+                    ["drain_node", "requeue_job", "investigate"]))
 
 
 def user_exc():
@@ -223,17 +237,14 @@ def user_exc():
         f'[rank{r}]:     ids = [s["input_ids"] for s in samples]',
         f"[rank{r}]: KeyError: 'input_ids'",
     ]
-    for i, line in enumerate(tb):
-        inc.j(ft + timedelta(microseconds=i), host, line)
+    inc.lines(ft, host, tb)
     t2 = ft + timedelta(seconds=3)
     inc.j(t2, host, f"{glog(t2, 'E')} 140211 torch/distributed/elastic/multiprocessing/api.py:869] failed (exitcode: 1) local_rank: 0 (pid: 52731) of binary: /usr/bin/python3")
     inc.j(t2, host, "torch.distributed.elastic.multiprocessing.errors.ChildFailedError: ")
     for n in NODES[1:]:
         t3 = t2 + timedelta(seconds=1)
         inc.j(t3, n, f"{glog(t3, 'W')} 140211 torch/distributed/elastic/multiprocessing/api.py:897] Sending process 52731 closing signal SIGTERM")
-    inc.write({"fault_kind": "user_exception", "category": "software_exception", "culprit_node": host,
-               "culprit_gpu": None, "fault_time": iso(ft), "decisive_time": iso(ft), "expect_incident": True,
-               "acceptable_actions": ["none", "investigate"], "never_drain": NODES})
+    inc.write(truth("user_exception", "software_exception", host, None, ft, ["none", "investigate"], node_fault=False))
 
 
 def gpu_oom():
@@ -250,12 +261,9 @@ def gpu_oom():
         f"[rank{r}]:     _engine_run_backward(",
         f"[rank{r}]: torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU {g} has a total capacity of 79.15 GiB of which 1.23 GiB is free. Including non-PyTorch memory, this process has 77.91 GiB memory in use. Of the allocated memory 74.02 GiB is allocated by PyTorch, and 2.11 GiB is reserved by PyTorch but unallocated. If reserved but unallocated memory is large try setting PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True to avoid fragmentation.  See documentation for Memory Management  (https://pytorch.org/docs/stable/notes/cuda.html#environment-variables)",
     ]
-    for i, line in enumerate(tb):
-        inc.j(ft + timedelta(microseconds=i), host, line)
+    inc.lines(ft, host, tb)
     teardown(inc, ft + timedelta(seconds=4))
-    inc.write({"fault_kind": "gpu_oom", "category": "oom_gpu", "culprit_node": host, "culprit_gpu": g,
-               "fault_time": iso(ft), "decisive_time": iso(ft), "expect_incident": True,
-               "acceptable_actions": ["none", "investigate"], "never_drain": NODES})
+    inc.write(truth("gpu_oom", "oom_gpu", host, g, ft, ["none", "investigate"], node_fault=False))
 
 
 def healthy():
