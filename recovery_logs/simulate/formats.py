@@ -31,6 +31,12 @@ def _tm(t_ns: int) -> tuple[_time.struct_time, int]:
     return _time.gmtime(sec), frac
 
 
+def _stamp(tm: _time.struct_time, sep: str = "T") -> str:
+    """``2026-11-29T14:06:00`` (``sep`` between date and time)."""
+    return (f"{tm.tm_year:04d}-{tm.tm_mon:02d}-{tm.tm_mday:02d}{sep}{tm.tm_hour:02d}:{tm.tm_min:02d}:"
+            f"{tm.tm_sec:02d}")
+
+
 def syslog_prefix(t_ns: int, host: str, boot_ns: int) -> str:
     tm, _ = _tm(t_ns)
     up_s, up_f = divmod(int(t_ns) - int(boot_ns), NS)
@@ -40,8 +46,7 @@ def syslog_prefix(t_ns: int, host: str, boot_ns: int) -> str:
 
 def slurm_prefix(t_ns: int) -> str:
     tm, frac = _tm(t_ns)
-    return (f"[{tm.tm_year:04d}-{tm.tm_mon:02d}-{tm.tm_mday:02d}T{tm.tm_hour:02d}:{tm.tm_min:02d}:"
-            f"{tm.tm_sec:02d}.{frac // 1_000_000:03d}] ")
+    return f"[{_stamp(tm)}.{frac // 1_000_000:03d}] "
 
 
 def glog_cpp(t_ns: int, rank: int, level: str, src: str, msg: str) -> str:
@@ -60,16 +65,12 @@ def glog_py(t_ns: int, level: str, pid: int, src: str, msg: str) -> str:
 
 def bracket_time(t_ns: int) -> str:
     """Megatron's ``[2026-11-29 14:06:00]`` prefix."""
-    tm, _ = _tm(t_ns)
-    return (f"[{tm.tm_year:04d}-{tm.tm_mon:02d}-{tm.tm_mday:02d} {tm.tm_hour:02d}:{tm.tm_min:02d}:"
-            f"{tm.tm_sec:02d}]")
+    return f"[{_stamp(_tm(t_ns)[0], ' ')}]"
 
 
 def slurm_clock(t_ns: int) -> str:
     """``2026-11-29T14:06:00`` as slurmstepd prints in CANCELLED banners."""
-    tm, _ = _tm(t_ns)
-    return (f"{tm.tm_year:04d}-{tm.tm_mon:02d}-{tm.tm_mday:02d}T{tm.tm_hour:02d}:{tm.tm_min:02d}:"
-            f"{tm.tm_sec:02d}")
+    return _stamp(_tm(t_ns)[0])
 
 
 def nccl(host: str, pid: int, tid: int, local_rank: int, msg: str) -> str:
