@@ -161,6 +161,7 @@ class QuarantineReason(StrEnum):
     BAD_TIMESTAMP = "bad_timestamp"     # timestamp present but unparseable
     OUT_OF_ORDER = "out_of_order"       # kept, but earlier than its predecessor in the same file/stream
     DUPLICATE = "duplicate"             # exact duplicate of an earlier record (same host, time, message)
+    FORMAT_MISMATCH = "format_mismatch"  # kept, but the line does not fit the site line format (--line-format)
 
 
 def empty_events() -> pl.DataFrame:

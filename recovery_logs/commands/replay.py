@@ -11,7 +11,26 @@ import typer
 DEFAULT_DEMO = "xid79_nccl_cascade"
 
 
-def _read_options(fmt: str, host: str | None, job: str | None, year: int | None, boot_time: str | None):
+def _line_formats(line_format: str | None, time_format: str | None, config: Path | None, fmt: str) -> tuple:
+    """--line-format/--time-format (every file) first, then the config file's [[line_formats]]."""
+    from recovery_logs.errors import ConfigError
+    from recovery_logs.sources.lineformat import compile_line_format, load_line_formats
+
+    out: list = []
+    if line_format is not None:
+        out.append(compile_line_format(line_format, time_format, where="--line-format"))
+    elif time_format is not None:
+        raise ConfigError("--time-format needs --line-format", value=time_format)
+    if config is not None:
+        out.extend(load_line_formats(config))
+    if out and fmt != "auto":
+        raise ConfigError("--format and a line format (--line-format or [[line_formats]]) both say how to read "
+                          "the files; give one", format=fmt)
+    return tuple(out)
+
+
+def _read_options(fmt: str, host: str | None, job: str | None, year: int | None, boot_time: str | None,
+                  line_formats: tuple = ()):
     from recovery_logs.errors import ConfigError
     from recovery_logs.sources.files import ReadOptions
     from recovery_logs.timeutil import iso_to_ns
@@ -25,7 +44,7 @@ def _read_options(fmt: str, host: str | None, job: str | None, year: int | None,
             boot_ns = iso_to_ns(boot_time)
         except ValueError as exc:
             raise ConfigError("--boot-time must be RFC3339", value=boot_time) from exc
-    return ReadOptions(fmt=fmt, host=host, job=job, year=year, boot_time_ns=boot_ns)
+    return ReadOptions(fmt=fmt, host=host, job=job, year=year, boot_time_ns=boot_ns, line_formats=line_formats)
 
 
 def _emit(res, as_json: bool, width: int | None) -> None:
@@ -54,7 +73,12 @@ def register(app: typer.Typer) -> None:
         year: Annotated[int | None, typer.Option("--year", help="year for timestamps without one")] = None,
         boot_time: Annotated[str | None, typer.Option("--boot-time", help="RFC3339 boot time for dmesg")] = None,
         rules_dir: Annotated[Path | None, typer.Option("--rules-dir", help="site rule packs")] = None,
-        config: Annotated[Path | None, typer.Option("--config", help="engine config TOML ([engine])")] = None,
+        config: Annotated[Path | None, typer.Option(
+            "--config", help="engine config TOML ([engine], [[line_formats]])")] = None,
+        line_format: Annotated[str | None, typer.Option(
+            "--line-format", help="site line format for every file, e.g. '<Date> <Time> <Node> <Level> <Content>'")] = None,
+        time_format: Annotated[str | None, typer.Option(
+            "--time-format", help="strptime format of the line format's time fields, or epoch|epoch_ms|iso")] = None,
         source: Annotated[str | None, typer.Option("--source", help="victorialogs://HOST:PORT")] = None,
         query: Annotated[str, typer.Option("--query", help="LogsQL filter for --source")] = "*",
         start: Annotated[str | None, typer.Option("--start", help="RFC3339 start (with --source)")] = None,
@@ -71,7 +95,7 @@ def register(app: typer.Typer) -> None:
             if not rules_dir.is_dir():
                 raise ConfigError("--rules-dir is not a directory", path=str(rules_dir))
             cfg = cfg.with_(rules_dir=rules_dir)
-        opts = _read_options(fmt, host, job, year, boot_time)
+        opts = _read_options(fmt, host, job, year, boot_time, _line_formats(line_format, time_format, config, fmt))
         batches = None
         if source:
             if paths:

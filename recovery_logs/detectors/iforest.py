@@ -235,24 +235,34 @@ class AnomalyDetector:
         d = Path(models_dir) if models_dir is not None else default_models_dir()
         return cls(model=WindowIsolationForest.load(d / name), model_name=name)
 
-    def detect(self, findings: pl.DataFrame, windows: pl.DataFrame, ctx: DetectContext) -> pl.DataFrame:
+    def score_windows(self, findings: pl.DataFrame, windows: pl.DataFrame, watermark_ns: int) -> pl.DataFrame:
+        """Every complete window up to the watermark with its features, ``score`` (higher = more
+        anomalous), ``outside`` (a feature out of its training range) and ``flagged``."""
         wn = window_ns(self.window)
-        f = upto(findings, ctx.watermark_ns)
+        f = upto(findings, watermark_ns)
         w = windows
         if not w.is_empty() and "window_start" in w.columns:
-            w = w.filter(pl.col("window_start").dt.epoch("ns") <= ctx.watermark_ns)
+            w = w.filter(pl.col("window_start").dt.epoch("ns") <= watermark_ns)
         feats = pipeline_features(f, w, self.window)
-        feats = feats.filter(pl.col("window_start").dt.epoch("ns") + wn <= ctx.watermark_ns)
+        feats = feats.filter(pl.col("window_start").dt.epoch("ns") + wn <= watermark_ns)
         if feats.is_empty():
-            return empty_findings()
+            return feats.with_columns(score=pl.lit(None, pl.Float64), outside=pl.lit(None, pl.Boolean),
+                                      flagged=pl.lit(None, pl.Boolean))
         scores = self.model.score_samples(feats)
         # How often a job logs progress differs between frameworks and runs: that ratio out of its
         # training range is not evidence of a sick node (volume, fault counts and step times relative
         # to the job are).
         outside = self.model.out_of_range(
             feats, only=[f for f in self.model.features_ if f not in CADENCE_FEATURES])
-        hit = feats.with_columns(pl.Series("score", scores), pl.Series("outside", outside)).filter(
-            (pl.col("score") >= self.model.threshold_) | pl.col("outside"))
+        return feats.with_columns(pl.Series("score", scores), pl.Series("outside", outside)).with_columns(
+            flagged=(pl.col("score") >= self.model.threshold_) | pl.col("outside"))
+
+    def detect(self, findings: pl.DataFrame, windows: pl.DataFrame, ctx: DetectContext) -> pl.DataFrame:
+        wn = window_ns(self.window)
+        scored = self.score_windows(findings, windows, ctx.watermark_ns)
+        if scored.is_empty():
+            return empty_findings()
+        hit = scored.filter(pl.col("flagged"))
         if not self.supporting:
             hit = hit.filter(pl.col("n_findings") == 0)
         rows = []

@@ -1,5 +1,5 @@
 """Output writing of a replay: events.parquet (streamed while reading), incidents.json, report.md,
-quarantine.jsonl and report.html under the output directory.
+quarantine.jsonl, report.html and findings.parquet (one row per flagged line) under the output directory.
 """
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ import polars as pl
 import pyarrow.parquet as pq
 
 from recovery_logs.errors import ConfigError
+from recovery_logs.pipeline.line_findings import write_line_findings
 from recovery_logs.report.html import write_html_report
 from recovery_logs.report.terminal import markdown_report
 
@@ -41,7 +42,7 @@ def write_events(out_dir: Path, events: pl.DataFrame, writer: pq.ParquetWriter |
 
 
 def write_outputs(res: ReplayResult, out_dir: Path) -> dict[str, Path]:
-    """incidents.json, report.md and quarantine.jsonl under out_dir."""
+    """incidents.json, report.md, quarantine.jsonl, report.html and findings.parquet under out_dir."""
 
     paths = {"json": out_dir / "incidents.json", "markdown": out_dir / "report.md",
              "quarantine": out_dir / "quarantine.jsonl"}
@@ -52,4 +53,5 @@ def write_outputs(res: ReplayResult, out_dir: Path) -> dict[str, Path]:
             fh.write(json.dumps(row, ensure_ascii=False) + "\n")
 
     paths["html"] = write_html_report(res, out_dir)
+    paths["findings"] = write_line_findings(res.engine, out_dir)
     return paths

@@ -57,7 +57,8 @@ class ReplayResult:
 COALESCE_ROWS = 200_000
 
 
-QUARANTINE_KEYS = ("malformed", "invalid_utf8", "oversized", "bad_timestamp", "out_of_order", "duplicates")
+QUARANTINE_KEYS = ("malformed", "invalid_utf8", "oversized", "bad_timestamp", "out_of_order", "duplicates",
+                   "format_mismatch")
 
 
 def replay(paths: Sequence[str | Path], options: ReplayOptions | None = None,

@@ -47,6 +47,7 @@ from recovery_logs.sources.read_common import (
     ReadOptions,
     empty_quarantine,
 )
+from recovery_logs.sources.lineformat import LINE_FORMAT, select_line_format
 from recovery_logs.sources.read_text import DETECT_BYTES, TextParser
 from recovery_logs.timeutil import rfc3339_to_time_expr
 
@@ -189,6 +190,8 @@ def iter_batches(paths: Sequence[str | Path], opts: ReadOptions = DEFAULT_OPTION
             except (OSError, EOFError, zlib.error) as exc:
                 raise InputError(f"input: corrupt gzip stream ({exc})", path=str(fp), line=1) from exc
             fmt = opts.fmt if opts.fmt != "auto" else detect_format(str(fp), head)
+            if select_line_format(opts.line_formats, str(fp)) is not None:
+                fmt = LINE_FORMAT    # a site line format fits this path: it reads the file (TextParser)
             if fmt == "parquet":
                 fh.close()
                 for b in _parquet_batches(fp, opts, seq, dedup, stats):
@@ -240,7 +243,7 @@ def read_paths(paths: Sequence[str | Path], opts: ReadOptions = DEFAULT_OPTIONS)
     events = events.sort(["time", "seq"], nulls_last=True)
     quarantine = pl.concat(qs) if qs else empty_quarantine()
     for k in ("files", "bytes", "lines", "events", "malformed", "invalid_utf8", "oversized", "bad_timestamp",
-              "out_of_order", "duplicates", "multiline_joined", "time_inferred"):
+              "out_of_order", "duplicates", "multiline_joined", "time_inferred", "format_mismatch"):
         stats.setdefault(k, 0)
     return ReadResult(events, quarantine, stats)
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import collections
 from dataclasses import dataclass, field
+from typing import Any
 
 import polars as pl
 
@@ -40,7 +41,7 @@ QUARANTINE_RAW_BYTES = 4096
 DEDUP_WINDOW_NS = 3600 * 1_000_000_000
 
 STAT_KEYS = ("files", "bytes", "lines", "events", "malformed", "invalid_utf8", "oversized", "bad_timestamp",
-             "out_of_order", "duplicates", "multiline_joined", "time_inferred")
+             "out_of_order", "duplicates", "multiline_joined", "time_inferred", "format_mismatch")
 
 
 @dataclass
@@ -78,6 +79,8 @@ class ReadOptions:
     path_host_regex: str = DEFAULT_PATH_HOST_REGEX
     path_job_regex: str = DEFAULT_PATH_JOB_REGEX
     dedupe: bool = True          # drop exact duplicates (same host, own time, message)
+    # site line formats (sources.lineformat.LineFormat): the first whose path glob fits a file reads it
+    line_formats: tuple[Any, ...] = ()
 
 
 def empty_quarantine() -> pl.DataFrame:
@@ -147,6 +150,12 @@ class Finisher:
         if rec.height == 0:
             return pl.DataFrame(schema=EVENT_SCHEMA), empty_quarantine()
         quar = []
+        if "mismatch" in rec.columns:   # site line formats: a line that does not fit is kept AND quarantined
+            mm = rec.filter(pl.col("mismatch"))
+            if mm.height:
+                stats["format_mismatch"] += mm.height
+                quar.append(mm.select(pl.col("file"), pl.col("line"), pl.lit(QuarantineReason.FORMAT_MISMATCH.value)
+                                      .alias("reason"), cut_raw(pl.col("raw_first")).alias("raw")))
         bad = rec.filter(pl.col("bad_ts"))
         if bad.height:
             stats["bad_timestamp"] += bad.height

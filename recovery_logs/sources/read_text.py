@@ -31,6 +31,7 @@ import polars as pl
 from recovery_logs.errors import InputError
 from recovery_logs.schema import EVENT_SCHEMA, QuarantineReason
 from recovery_logs.sources.formats import TEXT_FORMATS, ParseContext, detect_format, parse_lines
+from recovery_logs.sources.lineformat import LINE_FORMAT, parse_line_format, select_line_format
 from recovery_logs.sources.read_common import (
     MAX_LINE_BYTES,
     QUARANTINE_RAW_BYTES,
@@ -75,7 +76,13 @@ class TextParser:
         self.file = file
         self.opts = opts
         self.fmt = fmt if fmt not in (None, "auto") else None
-        if self.fmt is not None and self.fmt not in TEXT_FORMATS:
+        # a site line format whose path glob fits this file reads it, whatever the content looks like
+        self.line_format = select_line_format(opts.line_formats, file)
+        if self.line_format is not None:
+            self.fmt = LINE_FORMAT
+        elif self.fmt == LINE_FORMAT:
+            raise InputError("TextParser: format line-format needs a line format (--line-format)", path=file)
+        if self.fmt is not None and self.fmt not in TEXT_FORMATS and self.fmt != LINE_FORMAT:
             raise InputError(f"TextParser: unknown text format {self.fmt!r}", path=file)
         if mtime_ns is None:
             try:
@@ -226,7 +233,10 @@ class TextParser:
         if lines.height == 0:
             q = pl.concat(quar) if quar else empty_quarantine()
             return Batch(pl.DataFrame(schema=EVENT_SCHEMA), q, stats)
-        parsed = parse_lines(lines, cast(str, self.fmt), self.ctx)   # detected above
+        if self.line_format is not None:
+            parsed = parse_line_format(lines, self.ctx, self.line_format)
+        else:
+            parsed = parse_lines(lines, cast(str, self.fmt), self.ctx)   # detected above
         if self.fmt == "vl-jsonl":
             rec = self._json_records(parsed, stats, quar)
             self._carry = self._carry.clear()
@@ -342,7 +352,7 @@ class TextParser:
             (pl.col("has_ts") & pl.col("ts").is_null()).alias("bad_ts"),
             pl.col("text").alias("raw_first"), pl.lit(self.file).alias("ooo_key"),
             "host", "job_id", "source", pl.lit(self.file).alias("file"), pl.col("lineno").alias("line"),
-            "stream_id", "rank", "message")
+            "stream_id", "rank", "message", *(["mismatch"] if "mismatch" in firsts.columns else []))
 
 
 def group_records(p: pl.DataFrame, fmt: str) -> pl.DataFrame:
@@ -411,6 +421,7 @@ def group_records(p: pl.DataFrame, fmt: str) -> pl.DataFrame:
     return p.select(
         "lineno", "text", "ts", "ts_inferred", "has_ts", "host", "job_id", "source", "rank", "stream_id", "message",
         "cont", "drop", "key", *(["bad_utf8"] if "bad_utf8" in p.columns else []),
+        *(["mismatch"] if "mismatch" in p.columns else []),
         gfirst=pl.coalesce(pl.when(start).then(pl.col("lineno")).forward_fill().over("key"), pl.col("lineno")))
 
 
