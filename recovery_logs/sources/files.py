@@ -39,6 +39,7 @@ import pyarrow.parquet as pq
 from recovery_logs.errors import InputError
 from recovery_logs.schema import EVENT_SCHEMA, TIME, conform
 from recovery_logs.sources.formats import FORMATS, detect_format, vl_columns, vl_frame_to_parsed
+from recovery_logs.sources.lineformat import LINE_FORMAT, select_line_format
 from recovery_logs.sources.read_common import (
     DEFAULT_HOST_FIELDS,
     Batch,
@@ -47,7 +48,6 @@ from recovery_logs.sources.read_common import (
     ReadOptions,
     empty_quarantine,
 )
-from recovery_logs.sources.lineformat import LINE_FORMAT, select_line_format
 from recovery_logs.sources.read_text import DETECT_BYTES, TextParser
 from recovery_logs.timeutil import rfc3339_to_time_expr
 
