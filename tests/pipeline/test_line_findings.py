@@ -1,0 +1,95 @@
+"""``replay --out DIR`` writes ``findings.parquet``: one row per flagged line (rules and the model)."""
+
+from __future__ import annotations
+
+import polars as pl
+import pytest
+
+from recovery_logs.api import bundled_incident, bundled_read_options
+from recovery_logs.cli import main
+from recovery_logs.pipeline.line_findings import LINE_FINDINGS_SCHEMA
+from recovery_logs.pipeline.replay import ReplayOptions, replay
+from recovery_logs.simulate import SimOptions, simulate_one
+
+
+def _check_against_events(out):
+    f = pl.read_parquet(out / "findings.parquet")
+    ev = pl.read_parquet(out / "events.parquet")
+    assert dict(f.schema) == LINE_FINDINGS_SCHEMA
+    lines = f.filter(pl.col("file") != "detector")
+    # every flagged line is an event of the replay, with the same time and message
+    joined = lines.join(ev.select("file", "line", pl.col("time").alias("ev_time"), pl.col("message").alias("ev_msg")),
+                        on=["file", "line"], how="left")
+    assert joined["ev_time"].null_count() == 0
+    assert (joined["ev_time"] == joined["time"]).all() and (joined["ev_msg"] == joined["message"]).all()
+    assert lines.select(pl.struct("file", "line").is_unique().all()).item()
+    assert "progress" not in f["role"].to_list()
+    return f
+
+
+def test_rule_findings_one_row_per_line(tmp_path):
+    name = "xid79_nccl_cascade"
+    replay([str(bundled_incident(name))], ReplayOptions(read=bundled_read_options(name), out_dir=tmp_path))
+    f = _check_against_events(tmp_path)
+    xid = f.filter(pl.col("rule_id") == "xid.79")
+    assert xid.height >= 1
+    row = xid.row(0, named=True)
+    assert row["host"] == "gpu-n02" and row["category"] == "xid" and row["role"] == "cause"
+    assert row["severity"] == "critical" and row["file"].endswith("kern.log") and row["line"] > 0
+    # the model scored the XID's window: the score is there, in (0, 1]
+    assert row["score"] is not None and 0.0 < row["score"] <= 1.0
+    assert f.filter(pl.col("rule_id") == "nccl.watchdog_timeout").height > 0
+
+
+def test_model_flagged_window_flags_its_lines(tmp_path):
+    sim = simulate_one("novel_nvme_storm", SimOptions(out=tmp_path / "sim", seed=1, nodes=2, duration_s=2400.0))
+    out = tmp_path / "out"
+    res = replay([str(sim.path)], ReplayOptions(out_dir=out))
+    assert res.incidents[0].category == "anomaly"
+    f = _check_against_events(out)
+    model = f.filter(pl.col("rule_id") == "detector.anomaly")
+    assert model.height > 0
+    assert model["category"].unique().to_list() == ["anomaly"] and model["severity"].unique().to_list() == ["low"]
+    assert model["score"].null_count() == 0 and model["score"].min() > 0
+    # the lines the model flagged include the storm nobody wrote a rule for
+    assert model.filter(pl.col("message").str.contains("(?i)nvme")).height > 0
+    # a flagged window's lines all carry that window's score
+    per_window = model.with_columns((pl.col("time").dt.epoch("s") // 60).alias("w")).group_by("host", "job_id", "w").agg(
+        pl.col("score").n_unique())
+    assert (per_window["score"] == 1).all()
+
+
+def test_cli_line_format_replay_writes_findings(tmp_path, capsys):
+    # LogHub BGL/BGL_2k.log (github.com/logpai/loghub), label column removed: two alert lines
+    log = tmp_path / "ras.log"
+    log.write_text(
+        "1117869872 2005.06.04 R04-M1-N4-I:J18-U11 2005-06-04-00.24.32.432192 R04-M1-N4-I:J18-U11 RAS APP FATAL "
+        "ciod: failed to read message prefix on control stream (CioStream socket to 172.16.96.116:33569\n"
+        "1118536327 2005.06.11 R30-M0-N9-C:J16-U01 2005-06-11-17.32.07.581048 R30-M0-N9-C:J16-U01 RAS KERNEL FATAL "
+        "data TLB error interrupt\n"
+        "not a RAS line at all\n")
+    out = tmp_path / "out"
+    code = main(["replay", str(log), "--out", str(out), "--json",
+                 "--line-format", "<*> <*> <Node> <Time> <*> <Type> <Component> <Level> <Content>",
+                 "--time-format", "%Y-%m-%d-%H.%M.%S%.f"])
+    assert code == 0
+    assert '"format_mismatch": 1' in capsys.readouterr().out
+    f = pl.read_parquet(out / "findings.parquet")
+    assert dict(f.schema) == LINE_FINDINGS_SCHEMA
+    ev = pl.read_parquet(out / "events.parquet")
+    assert ev.sort("line")["host"].to_list()[:2] == ["R04-M1-N4-I:J18-U11", "R30-M0-N9-C:J16-U01"]
+    q = (out / "quarantine.jsonl").read_text()
+    assert '"reason": "format_mismatch"' in q and "not a RAS line at all" in q
+
+
+@pytest.mark.parametrize(("args", "needle"), [
+    (["--time-format", "%Y"], "--time-format needs --line-format"),
+    (["--line-format", "<Node> <Content>", "--format", "syslog"], "give one"),
+    (["--line-format", "<Node> <Lvl> <Content>"], "unknown field <Lvl>"),
+])
+def test_cli_line_format_errors(tmp_path, capsys, args, needle):
+    log = tmp_path / "x.log"
+    log.write_text("a b c\n")
+    assert main(["replay", str(log), *args]) == 2
+    err = capsys.readouterr().err
+    assert "ConfigError" in err and needle in err
