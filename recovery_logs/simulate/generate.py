@@ -24,6 +24,7 @@ from recovery_logs.errors import ConfigError
 from recovery_logs.simulate import script as sc
 from recovery_logs.simulate.background import ROW_SCHEMA, chunk_background
 from recovery_logs.simulate.cluster import Cluster, make_cluster, stable_hash
+from recovery_logs.simulate.dialect import Dialect
 from recovery_logs.simulate.scenarios import JOB_SIDE, SCENARIOS, SLOW_SCENARIOS, Fault, Spec
 from recovery_logs.simulate.writer import TextSink, VLSink, add_noise, chunk_bounds
 from recovery_logs.sources.victorialogs import VictoriaLogsClient, parse_url
@@ -197,7 +198,8 @@ def simulate_one(name: str, opts: SimOptions, push: Callable | None = None) -> S
     slow = [x for part, spec in zip(parts, specs, strict=True) if part in SLOW_SCENARIOS
             for x in SCENARIOS[part][0](probe, spec).slow]
     tl, it_s = _timeline(c, np.random.default_rng([opts.seed, 2]), slow)
-    s = sc.Script(c, np.random.default_rng([opts.seed, stable_hash("script", name)]), tl)
+    s = sc.Script(c, np.random.default_rng([opts.seed, stable_hash("script", name)]), tl,
+                  dialect=Dialect.draw(np.random.default_rng([opts.seed, stable_hash("dialect", name)])))
     sc.startup(s)
     faults = [SCENARIOS[part][0](s, spec) for part, spec in zip(parts, specs, strict=True)]
     for i, (part, f) in enumerate(zip(parts, faults, strict=True)):
@@ -255,6 +257,7 @@ def simulate_one(name: str, opts: SimOptions, push: Callable | None = None) -> S
     truth = _truth(name, opts, c, faults)
     seconds = time.perf_counter() - t_wall
     nbytes = text.bytes if text is not None else (out_dir / "vl.jsonl").stat().st_size if vl else 0
+    truth["wording_variants"] = s.dialect.names()
     truth["generated"] = {"lines": total, "format": opts.format, "duration_s": opts.duration_s,
                           "gpus": c.world, "seconds_per_iteration": round(it_s, 4), "rank_log_every": rank_every}
     tmp = out_dir / (TRUTH_FILE + ".tmp")

@@ -83,7 +83,10 @@ CUDA_FRAMES = TRAIN_FRAMES + [("/usr/local/lib/python3.10/dist-packages/torch/cu
 
 
 def _cuda_crash(s: Script, t: int, rank: int, err: str) -> int:
-    return _crash(s, t, rank, CUDA_FRAMES, f"RuntimeError: CUDA error: {err}",
+    last = s.dialect.cuda_error(err, 250 + int(s.rng.integers(0, 60)))
+    if last.startswith("RuntimeError: cuda runtime error"):   # older PyTorch: no hints after it
+        return _crash(s, t, rank, CUDA_FRAMES, last)
+    return _crash(s, t, rank, CUDA_FRAMES, last,
                   extra=["CUDA kernel errors might be asynchronously reported at some other API call, so the "
                          "stacktrace below might be incorrect.",
                          "For debugging consider passing CUDA_LAUNCH_BLOCKING=1",
@@ -93,9 +96,9 @@ def _cuda_crash(s: Script, t: int, rank: int, err: str) -> int:
 def _breadcrumb_45(s: Script, t: int, node: int, gpus: list[int], cause: int | None) -> None:
     c = s.cluster
     for g in gpus:
-        tail = f"Ch 0000000{(g % 7) + 1}" if cause is None else f"Preemptive Cleanup, due to previous Xid {cause}"
-        s.kern(t + s.jitter(0, 0.5), node, f"NVRM: Xid (PCI:{c.pci(g)}): 45, pid={c.pid(_rank(s, node, g))}, "
-               f"name=python3, {tail}")
+        tail = f"Ch 0000000{(g % 7) + 1}" if cause is None else s.dialect.xid45_tail((g % 7) + 1, cause)
+        s.kern(t + s.jitter(0, 0.5), node, f"NVRM: Xid (PCI:{c.pci(g)}): 45, "
+               f"{s.dialect.xid_who_text(c.pid(_rank(s, node, g)))}{tail}")
 
 
 def _hw_truth(kind: str, f: Spec, t: int, xid: int | None, actions=HW_ACTIONS, category: str = "xid", **kw) -> Fault:
@@ -115,7 +118,7 @@ def xid79_cascade(s: Script, f: Spec) -> Fault:
     s.kern(t_aer + 20_000, k, f"pcieport 0000:{rp}:01.0: PCIe Bus Error: severity=Corrected, type=Physical Layer, (Receiver ID)")
     s.kern(t_aer + 30_000, k, f"pcieport 0000:{rp}:01.0:   device [8086:352a] error status/mask=00000001/00002000")
     s.kern(t_aer + 40_000, k, f"pcieport 0000:{rp}:01.0:    [ 0] RxErr                  (First)")
-    t = _xid(s, f.t, k, g, 79, f"pid={c.pid(rank)}, name=python3, GPU has fallen off the bus.")
+    t = _xid(s, f.t, k, g, 79, f"{s.dialect.xid_who_text(c.pid(rank))}GPU has fallen off the bus.")
     s.kern(f.t + 45_000, k, f"NVRM: GPU {c.pci(g)}.0: GPU has fallen off the bus.")
     s.kern(f.t + 80_000, k, "NVRM: A GPU crash dump has been created. If possible, please run\n"
            "NVRM: nvidia-bug-report.sh as root to collect this data before\nNVRM: the NVIDIA kernel module is unloaded.")
@@ -145,7 +148,7 @@ def xid94_contained(s: Script, f: Spec) -> Fault:
     """Xid 94 contained ECC error: only the process on that GPU dies; requeue, no drain."""
     c, k, g = s.cluster, f.node, f.gpu
     rank = _rank(s, k, g)
-    t = _xid(s, f.t, k, g, 94, f"pid={c.pid(rank)}, name=python3, Contained: SM (0x1). RST: No, D-RST: No")
+    t = _xid(s, f.t, k, g, 94, f"{s.dialect.xid_who_text(c.pid(rank))}Contained: SM (0x1). RST: No, D-RST: No")
     end = _cuda_crash(s, f.t + s.jitter(0.05, 0.3), rank, "uncorrectable ECC error encountered")
     return _hw_truth("xid94_contained", f, t, 94, actions=("requeue_job", "reset_gpu", "investigate"), category="ecc_memory",
                      job_end=end, progress_stop=f.t)
@@ -155,7 +158,7 @@ def xid95_uncontained(s: Script, f: Spec) -> Fault:
     """Xid 95 uncontained ECC error, Xid 154 GPU Reset Required, Xid 45 teardown on other GPUs."""
     c, k, g = s.cluster, f.node, f.gpu
     rank = _rank(s, k, g)
-    t = _xid(s, f.t, k, g, 95, f"pid={c.pid(rank)}, name=python3, Uncontained: LTC TAG (0x2,0x0). RST: Yes, D-RST: No")
+    t = _xid(s, f.t, k, g, 95, f"{s.dialect.xid_who_text(c.pid(rank))}Uncontained: LTC TAG (0x2,0x0). RST: Yes, D-RST: No")
     s.kern(f.t + 400_000_000, k, f"NVRM: Xid (PCI:{c.pci(g)}): 154, GPU recovery action changed from 0x0 (None) to "
            "0x1 (GPU Reset Required)")
     end = _cuda_crash(s, f.t + s.jitter(0.05, 0.3), rank, "uncorrectable ECC error encountered")
@@ -168,7 +171,7 @@ def xid74_nvlink(s: Script, f: Spec) -> Fault:
     c, k, g = s.cluster, f.node, f.gpu
     rank = _rank(s, k, g)
     link = int(s.rng.integers(0, 18))
-    t = _xid(s, f.t, k, g, 74, f"pid={c.pid(rank)}, name=python3, NVLink: fatal error detected on link {link}"
+    t = _xid(s, f.t, k, g, 74, f"{s.dialect.xid_who_text(c.pid(rank))}NVLink: fatal error detected on link {link}"
              "(0x0, 0x0, 0x10000, 0x0, 0x0, 0x0, 0x0)")
     end = _crash(s, f.t + s.jitter(0.2, 1.0), rank, TRAIN_FRAMES,
                  "torch.distributed.DistBackendError: NCCL error in: ../torch/csrc/distributed/c10d/NCCLUtils.hpp:317, "
@@ -202,7 +205,7 @@ def xid119_gsp(s: Script, f: Spec) -> Fault:
     rank = _rank(s, k, g)
     t = None
     for i in range(3):
-        ti = _xid(s, f.t + i * 6 * NS, k, g, 119, f"pid={c.pid(rank)}, name=python3, Timeout after 6s of waiting for RPC "
+        ti = _xid(s, f.t + i * 6 * NS, k, g, 119, f"{s.dialect.xid_who_text(c.pid(rank))}Timeout after 6s of waiting for RPC "
                   f"response from GPU{g} GSP! Expected function 76 (GSP_RM_CONTROL) (0x20802a02 0x8).", header=i == 0)
         t = ti if t is None else t
     s.kern(f.t + 13 * NS, k, f"NVRM: Xid (PCI:{c.pci(g)}): 154, GPU recovery action changed from 0x0 (None) to 0x1 "
@@ -217,7 +220,7 @@ def xid120_gsp(s: Script, f: Spec) -> Fault:
     """Xid 120 GSP task exception; the rank dies with an unspecified launch failure."""
     c, k, g = s.cluster, f.node, f.gpu
     rank = _rank(s, k, g)
-    t = _xid(s, f.t, k, g, 120, f"pid={c.pid(rank)}, name=python3, GSP task exception: supervisor timer interrupt "
+    t = _xid(s, f.t, k, g, 120, f"{s.dialect.xid_who_text(c.pid(rank))}GSP task exception: supervisor timer interrupt "
              "(cause:0x8000000000000005)")
     end = _cuda_crash(s, f.t + s.jitter(0.1, 0.5), rank, "unspecified launch failure")
     return _hw_truth("xid120_gsp", f, t, 120, job_end=end, progress_stop=f.t)
@@ -228,8 +231,8 @@ def xid120_gsp(s: Script, f: Spec) -> Fault:
 def _app_xid(s: Script, f: Spec, code: int, text: str, kind: str) -> Fault:
     c, k, g = s.cluster, f.node, f.gpu
     rank = _rank(s, k, g)
-    t = _xid(s, f.t, k, g, code, f"pid={c.pid(rank)}, name=python3, {text}")
-    s.kern(f.t + 2_000_000, k, f"NVRM: Xid (PCI:{c.pci(g)}): 43, pid={c.pid(rank)}, name=python3, Ch 00000008")
+    t = _xid(s, f.t, k, g, code, f"{s.dialect.xid_who_text(c.pid(rank))}{text}")
+    s.kern(f.t + 2_000_000, k, f"NVRM: Xid (PCI:{c.pci(g)}): 43, {s.dialect.xid_who_text(c.pid(rank))}Ch 00000008")
     end = _cuda_crash(s, f.t + s.jitter(0.01, 0.2), rank, "an illegal memory access was encountered")
     return Fault(kind=kind, category="xid", culprit_node=k, culprit_gpu=g, node_fault=False, fault_t=t, decisive_t=t,
                  actions=USER_ACTIONS, xid=code, job_end=end, progress_stop=f.t)
@@ -251,8 +254,14 @@ def xid31_app(s: Script, f: Spec) -> Fault:
 def _ib_completion(s: Script, t: int, rank: int, peer_ip: str, status: int = 12) -> None:
     port = 40000 + int(s.rng.integers(0, 20000))
     opcode = int(s.rng.integers(0, 32768))
-    s.nccl(t, rank, f"WARN NET/IB : Got completion from peer {peer_ip}<{port}> with status={status} opcode={opcode} "
-           f"len=0 vendor err 129 (Recv) localGid ::ffff:0.0.0.0 remoteGids::ffff:{peer_ip}")
+    if s.dialect.nccl_transport == "socket":   # NET/Socket: the peer reset the connection
+        s.nccl(t, rank, f"WARN socketProgressOpt: Call to recv from {peer_ip}<{port}> failed : Connection reset by peer",
+               src="misc/socket.cc:46")
+        s.nccl(t + 20_000, rank, "INFO misc/socket.cc:64 -> 6")
+        s.nccl(t + 30_000, rank, "INFO misc/socket.cc:80 -> 6")
+        s.nccl(t + 40_000, rank, "INFO transport/net_socket.cc:474 -> 6")
+        return
+    s.nccl(t, rank, s.dialect.ib_completion(peer_ip, port, status, opcode), src="transport/net_ib.cc:1295")
     s.nccl(t + 20_000, rank, "INFO transport/net.cc:1302 -> 6")
     s.nccl(t + 30_000, rank, "INFO proxy.cc:698 -> 6")
     s.nccl(t + 40_000, rank, "INFO proxy.cc:878 -> 6 [Progress Thread]")
@@ -279,6 +288,9 @@ def ib_link_down(s: Script, f: Spec) -> Fault:
     t = s.kern(f.t, k, f"mlx5_core {HCA_PCI}: mlx5_port_module_event:1175:(pid 0): Port module event[error]: "
                "module 0, Cable error, Bad or shorted cable/module")
     s.kern(f.t + s.jitter(0.5, 3), k, f"mlx5_core {HCA_PCI} {IB_NETDEV}: Link down")
+    if s.dialect.ib_async_event:   # NCCL's IB transport sees the port go: one line per rank on the node
+        for r in s.cluster.ranks_of(k):
+            s.nccl(f.t + s.jitter(1, 4), r, "WARN NET/IB : Got async event : port error", src="transport/net_ib.cc:93")
     end = _net_failure(s, f, f.t + s.jitter(8, 25), k)
     return Fault(kind="ib_link_down", category="infiniband_link", culprit_node=k, culprit_gpu=None, node_fault=True,
                  fault_t=t, decisive_t=t, actions=("drain_node", "requeue_job", "investigate"), job_end=end,
@@ -303,7 +315,7 @@ def ib_flap(s: Script, f: Spec) -> Fault:
 def nccl_net_error(s: Script, f: Spec) -> Fault:
     """NCCL NET/IB completion errors that all point at one node's address, with no kernel evidence."""
     end = _net_failure(s, f, f.t, f.node)
-    first, host = min((r[0], r[1]) for r in s.rows if "Got completion from peer" in r[4])
+    first, host = min((r[0], r[1]) for r in s.rows if "Got completion from peer" in r[4] or "socketProgressOpt" in r[4])
     return Fault(kind="nccl_net_error", category="nccl_network_error", culprit_node=f.node, culprit_gpu=None,
                  node_fault=True, fault_t=f.t, decisive_t=first, actions=("drain_node", "requeue_job", "investigate"),
                  job_end=end, progress_stop=f.t, decisive_host=host)
@@ -368,6 +380,12 @@ def gpu_oom(s: Script, f: Spec) -> Fault:
     """torch.OutOfMemoryError on one rank: a user problem, no node action."""
     rank = _rank(s, f.node, f.gpu)
     t = s.cluster.skew_ns[f.node] + f.t
+    if s.dialect.oom_old:   # PyTorch < 2.1 wording
+        end = _crash(s, f.t, rank, TRAIN_FRAMES, "RuntimeError: CUDA out of memory. Tried to allocate 2.00 GiB (GPU "
+                     f"{f.gpu}; 79.10 GiB total capacity; 75.20 GiB already allocated; 1.23 GiB free; 76.32 GiB "
+                     "reserved in total by PyTorch)")
+        return Fault(kind="gpu_oom", category="oom_gpu", culprit_node=f.node, culprit_gpu=f.gpu, node_fault=False,
+                     fault_t=t, decisive_t=t, actions=("none", "investigate"), job_end=end, progress_stop=f.t)
     end = _crash(s, f.t, rank, TRAIN_FRAMES, "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. "
                  f"GPU {f.gpu} has a total capacity of 79.10 GiB of which 1.23 GiB is free. Including non-PyTorch "
                  "memory, this process has 77.85 GiB memory in use. Of the allocated memory 75.20 GiB is allocated by "
@@ -392,7 +410,9 @@ def host_oom(s: Script, f: Spec) -> Fault:
     t = s.kern(f.t, k, f"Memory cgroup out of memory: Killed process {pid} (python3) total-vm:412345678kB, "
                "anon-rss:229145312kB, file-rss:1048576kB, shmem-rss:8388608kB, UID:1000 pgtables:461824kB oom_score_adj:0")
     t2 = sc.child_failed(s, f.t + s.jitter(0.5, 2), rank, -9)
-    msg = f"Detected 1 oom_kill event in StepId={job}.0. Some of the step tasks have been OOM Killed."
+    msg = (f"Detected 1 oom-kill event(s) in step {job}.0 cgroup. Some of your processes may have been killed by "
+           "the cgroup out-of-memory handler." if s.dialect.oomkill_old else
+           f"Detected 1 oom_kill event in StepId={job}.0. Some of the step tasks have been OOM Killed.")
     s.job(t2, k, f"slurmstepd: error: {msg}")
     s.slurmd(t2, k, f"[{job}.0] error: {msg}")
     end = sc.remote_failure(s, t2, {k})

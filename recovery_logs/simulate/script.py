@@ -14,6 +14,7 @@ import numpy as np
 
 from recovery_logs.simulate import formats as fmt
 from recovery_logs.simulate.cluster import Cluster
+from recovery_logs.simulate.dialect import Dialect
 from recovery_logs.timeutil import NS
 
 NCCL_VERSION = "2.21.5"
@@ -46,6 +47,7 @@ class Script:
     rng: np.random.Generator
     timeline: Timeline
     rows: list[tuple[int, str, str, int | None, str]] = field(default_factory=list)
+    dialect: Dialect = field(default_factory=Dialect)
 
     # -- raw emitters (t is true time; the node's clock skew is applied here) --------------------
     def _t(self, t: int, node: int | None) -> int:
@@ -82,11 +84,16 @@ class Script:
         tt = self._t(t, node)
         return self.job(t, node, fmt.glog_py(tt, level, self.cluster.agent_pid[node], src, msg))
 
-    def nccl(self, t: int, rank: int, msg: str, tid_off: int = 360) -> int:
+    def nccl(self, t: int, rank: int, msg: str, tid_off: int = 360, src: str | None = None) -> int:
+        """An NCCL debug line; ``src`` (``transport/net_ib.cc:1295``) is printed before ``NCCL`` when the
+        run's dialect does, as NCCL does for WARN lines."""
         c = self.cluster
         node = c.node_of_rank(rank)
         pid = c.pid(rank)
-        return self.job(t, node, fmt.nccl(c.nodes[node], pid, pid + tid_off, rank % c.gpus_per_node, msg), rank)
+        line = fmt.nccl(c.nodes[node], pid, pid + tid_off, rank % c.gpus_per_node, msg)
+        if src is not None and self.dialect.nccl_warn_src:
+            line = line.replace(" NCCL ", f" {src} NCCL ", 1)
+        return self.job(t, node, line, rank)
 
     def ranked(self, t: int, rank: int, text: str) -> int:
         """A line the worker printed to stderr, prefixed ``[rankN]:`` by torchrun."""
@@ -254,7 +261,8 @@ def watchdog_cascade(s: Script, t_block: int, silent_ranks: set[int], op: str = 
             continue
         ran_ms = WATCHDOG_MS + int(s.rng.integers(5, 900))
         tr = t_block + ran_ms * 1_000_000
-        work = (f"WorkNCCL(SeqNum={seq}, OpType={op}, NumelIn={numel}, NumelOut={numel}, "
+        numels = f"NumelIn={numel}, NumelOut={numel}, " if s.dialect.watchdog_numel else ""
+        work = (f"WorkNCCL(SeqNum={seq}, OpType={op}, {numels}"
                 f"Timeout(ms)={WATCHDOG_MS}) ran for {ran_ms} milliseconds before timing out.")
         s.cpp(tr, rank, "E", "ProcessGroupNCCL.cpp:616", f"[Rank {rank}] Watchdog caught collective operation timeout: {work}")
         s.cpp(tr + 200_000, rank, "E", "ProcessGroupNCCL.cpp:1664",

@@ -1,0 +1,86 @@
+"""Wording variants: the same fault written the ways real software versions write it.
+
+Real logs disagree with one another: NCCL prints ``file:line`` before ``NCCL WARN``, older NCCL
+writes IB completion errors as ``with error 12, opcode …``, older PyTorch says ``cuda runtime
+error (77) : …`` and ``CUDA out of memory. Tried to allocate … (GPU 3; … total capacity; …)``,
+drivers write ``pid='<unknown>', name=<unknown>,`` or only ``pid=N,`` before an Xid's payload,
+Xid 45 says ``caused by previous Xid 149`` as well as ``Preemptive Cleanup, due to previous Xid``,
+Slurm's older cgroup plugin says ``Detected 1 oom-kill event(s) in step 1234.0 cgroup``. The
+forms follow the real-log corpus (``tests/corpus/real/dev``: e.g. NVIDIA/nccl#928, #1405, #1920,
+pytorch/pytorch#16417, #59778, pytorch-ofa#271, open-gpu-kernel-modules#1150, pybnf#118); the
+values in them (addresses, ports, codes, sizes, PCI ids) come from the simulated cluster.
+
+A ``Dialect`` is drawn once per scenario run from its own random stream (so the other lines of a
+run keep their bytes); ``Dialect()`` is the wording the simulator wrote before variants existed.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+# CUDA runtime error numbers of the old (pre CUDA 10.1 / THC) messages, by message
+OLD_CUDA_CODES = {"an illegal memory access was encountered": 77, "unspecified launch failure": 4,
+                  "uncorrectable ECC error encountered": 39, "device-side assert triggered": 59}
+
+
+@dataclass(frozen=True)
+class Dialect:
+    nccl_warn_src: bool = False        # `host:pid:tid [g] transport/net_ib.cc:1295 NCCL WARN …`
+    ib_completion_old: bool = False    # `Got completion from peer IP<port> with error 12, opcode N, len N, vendor err 129`
+    nccl_transport: str = "ib"         # "socket": NET/Socket `socketProgressOpt: Call to recv from … failed`
+    ib_async_event: bool = False       # `NET/IB : Got async event : port error` before a link-down job failure
+    xid_who: str = "named"             # named: `pid=N, name=python3,` | unknown: `pid='<unknown>', name=<unknown>,` | pid
+    xid45_form: str = "preemptive"     # preemptive: `Preemptive Cleanup, due to previous Xid N` | caused_by
+    watchdog_numel: bool = True        # WorkNCCL(… NumelIn=…, NumelOut=… …) (False: older PyTorch)
+    cuda_old: bool = False             # `RuntimeError: cuda runtime error (77) : … at …THC….cpp:N`
+    oom_old: bool = False              # `RuntimeError: CUDA out of memory. Tried to allocate … (GPU 3; … free; …)`
+    oomkill_old: bool = False          # `Detected 1 oom-kill event(s) in step J.0 cgroup. …`
+
+    @classmethod
+    def draw(cls, rng: np.random.Generator) -> Dialect:
+        """Every variant with probability 1/2 (the three-way Xid form 1/3 each)."""
+        coin = lambda: bool(rng.random() < 0.5)  # noqa: E731
+        return cls(nccl_warn_src=coin(), ib_completion_old=coin(), nccl_transport="socket" if coin() else "ib",
+                   ib_async_event=coin(), xid_who=str(rng.choice(["named", "unknown", "pid"])),
+                   xid45_form="caused_by" if coin() else "preemptive", watchdog_numel=coin(), cuda_old=coin(),
+                   oom_old=coin(), oomkill_old=coin())
+
+    def names(self) -> dict[str, object]:
+        """The variants drawn for the run (for truth.json): those that differ from the default wording. A
+        variant shows only where the scenario writes that kind of line (an OOM wording in an OOM run)."""
+        base = Dialect()
+        return {k: v for k, v in self.__dict__.items() if getattr(base, k) != v}
+
+    # -- wording helpers -------------------------------------------------------------------------
+    def xid_who_text(self, pid: int) -> str:
+        """What the driver writes between the Xid code and its payload."""
+        if self.xid_who == "unknown":
+            return "pid='<unknown>', name=<unknown>, "
+        if self.xid_who == "pid":
+            return f"pid={pid}, "
+        return f"pid={pid}, name=python3, "
+
+    def xid45_tail(self, channel: int, cause: int) -> str:
+        if self.xid45_form == "caused_by":
+            return f"Ch {channel:08x} caused by previous Xid {cause}"
+        return f"Preemptive Cleanup, due to previous Xid {cause}"
+
+    def cuda_error(self, err: str, line: int) -> str:
+        """The exception line of a CUDA runtime error."""
+        code = OLD_CUDA_CODES.get(err)
+        if self.cuda_old and code is not None:
+            return (f"RuntimeError: cuda runtime error ({code}) : {err} at "
+                    f"/pytorch/aten/src/THC/THCCachingHostAllocator.cpp:{line}")
+        return f"RuntimeError: CUDA error: {err}"
+
+    def ib_completion(self, peer_ip: str, port: int, status: int, opcode: int) -> str:
+        if self.ib_completion_old:
+            return (f"WARN NET/IB : Got completion from peer {peer_ip}<{port}> with error {status}, opcode {opcode}, "
+                    f"len {opcode}, vendor err 129 (Recv)")
+        return (f"WARN NET/IB : Got completion from peer {peer_ip}<{port}> with status={status} opcode={opcode} "
+                f"len=0 vendor err 129 (Recv) localGid ::ffff:0.0.0.0 remoteGids::ffff:{peer_ip}")
+
+
+__all__ = ["OLD_CUDA_CODES", "Dialect"]

@@ -1,0 +1,94 @@
+"""Wording variants of the simulator (``simulate/dialect.py``): drawn per run, written as drawn."""
+
+from __future__ import annotations
+
+import gzip
+from pathlib import Path
+
+import numpy as np
+
+from recovery_logs.simulate import SimOptions, simulate_one
+from recovery_logs.simulate.dialect import Dialect
+
+SMALL = {"nodes": 3, "gpus_per_node": 4, "duration_s": 1200.0}
+
+
+def _text(root: Path) -> str:
+    parts = []
+    for p in sorted(root.rglob("*")):
+        if p.is_file() and p.name != "truth.json":
+            data = p.read_bytes()
+            parts.append((gzip.decompress(data) if data[:2] == b"\x1f\x8b" else data).decode("utf-8", "replace"))
+    return "\n".join(parts)
+
+
+def test_default_dialect_is_the_old_wording():
+    d = Dialect()
+    assert d.names() == {}
+    assert d.xid_who_text(123) == "pid=123, name=python3, "
+    assert d.cuda_error("unspecified launch failure", 9) == "RuntimeError: CUDA error: unspecified launch failure"
+    assert d.ib_completion("10.0.0.2", 5000, 12, 7).startswith(
+        "WARN NET/IB : Got completion from peer 10.0.0.2<5000> with status=12 opcode=7 len=0 vendor err 129 (Recv)")
+
+
+def test_variant_wordings():
+    d = Dialect(xid_who="unknown", xid45_form="caused_by", cuda_old=True, ib_completion_old=True)
+    assert d.xid_who_text(1) == "pid='<unknown>', name=<unknown>, "
+    assert Dialect(xid_who="pid").xid_who_text(77) == "pid=77, "
+    assert d.xid45_tail(3, 149) == "Ch 00000003 caused by previous Xid 149"
+    assert d.cuda_error("an illegal memory access was encountered", 280) == (
+        "RuntimeError: cuda runtime error (77) : an illegal memory access was encountered at "
+        "/pytorch/aten/src/THC/THCCachingHostAllocator.cpp:280")
+    assert d.ib_completion("10.0.0.2", 5000, 12, 7) == (
+        "WARN NET/IB : Got completion from peer 10.0.0.2<5000> with error 12, opcode 7, len 7, vendor err 129 (Recv)")
+    assert set(d.names()) == {"xid_who", "xid45_form", "cuda_old", "ib_completion_old"}
+
+
+def test_draw_covers_every_variant():
+    seen: dict[str, set] = {}
+    for seed in range(40):
+        for k, v in Dialect.draw(np.random.default_rng(seed)).__dict__.items():
+            seen.setdefault(k, set()).add(v)
+    assert all(len(v) >= 2 for v in seen.values()), seen
+    assert seen["xid_who"] == {"named", "unknown", "pid"}
+
+
+def test_runs_write_the_variants_their_truth_names(tmp_path):
+    socket = ib = 0
+    for seed in range(6):
+        r = simulate_one("nccl_net_error", SimOptions(out=tmp_path / str(seed), seed=seed, **SMALL))
+        names = r.truth["wording_variants"]
+        text = _text(r.path)
+        if names.get("nccl_transport") == "socket":
+            socket += 1
+            assert "NCCL WARN socketProgressOpt: Call to recv from 10." in text
+            assert "Got completion from peer" not in text
+        else:
+            ib += 1
+            assert "Got completion from peer" in text
+            assert ("with error 12, opcode" in text) == bool(names.get("ib_completion_old"))
+        assert (" misc/socket.cc:46 NCCL WARN" in text or " transport/net_ib.cc:1295 NCCL WARN" in text) == bool(
+            names.get("nccl_warn_src"))
+        assert ("NumelIn=" in text) == (names.get("watchdog_numel", True) and "Watchdog caught" in text)
+    assert socket and ib      # both transports among six seeds
+    again = simulate_one("nccl_net_error", SimOptions(out=tmp_path / "again", seed=0, **SMALL))
+    assert _text(again.path) == _text(tmp_path / "0" / "nccl_net_error")    # same seed, same bytes
+
+
+def test_xid_scenarios_use_the_drawn_pid_form(tmp_path):
+    forms = set()
+    for seed in range(5):
+        r = simulate_one("xid95_uncontained", SimOptions(out=tmp_path / str(seed), seed=seed, **SMALL))
+        who = r.truth["wording_variants"].get("xid_who", "named")
+        forms.add(who)
+        xid95 = [ln for ln in _text(r.path).splitlines() if "): 95, " in ln]
+        assert xid95
+        want = {"named": ", name=python3, Uncontained", "unknown": "95, pid='<unknown>', name=<unknown>, Uncontained",
+                "pid": "Uncontained"}[who]
+        assert all(want in ln for ln in xid95)
+        if who == "pid":
+            assert all("name=" not in ln for ln in xid95)
+        caused = r.truth["wording_variants"].get("xid45_form") == "caused_by"
+        xid45 = [ln for ln in _text(r.path).splitlines() if "): 45, " in ln]
+        assert xid45 and all(("caused by previous Xid 95" in ln) == caused for ln in xid45)
+    assert len(forms) >= 2
