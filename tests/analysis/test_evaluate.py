@@ -10,6 +10,8 @@ import pytest
 
 from recovery_logs.analysis.evaluate import EvalOptions, evaluate_engine, score
 from recovery_logs.cli import main
+from recovery_logs.detectors.rulepack import load_packs
+from recovery_logs.detectors.rules import explain
 from recovery_logs.errors import ConfigError, InputError
 from recovery_logs.simulate import SimOptions, scenario_names, simulate
 
@@ -159,10 +161,39 @@ def _case(name: str, seed: int):
     return pytest.param(name, seed, marks=marks, id=f"{name}-s{seed}")
 
 
+# Wording variants of real software (simulate/dialect.py) that the shipped rules do not read yet:
+# variant -> (a line in that wording, why). A run that drew the variant may miss while no rule wins
+# that line; once a rule does, the run is held to the targets like every other (nothing to remove).
+RULE_GAPS: dict[tuple[str, object], tuple[str, str]] = {
+    ("nccl_transport", "socket"): (
+        "gpu-n01:1200298:1200658 [6] misc/socket.cc:46 NCCL WARN socketProgressOpt: Call to recv from "
+        "10.128.0.4<47793> failed : Connection reset by peer",
+        "no rule reads NCCL NET/Socket 'socketProgressOpt: Call to recv from IP<port> failed' (the peer it names "
+        "is the culprit); the rule comes with issue 13's real-log rules"),
+}
+
+
+@pytest.fixture(scope="module")
+def open_gaps():
+    pack = load_packs()
+    return {k: why for k, (line, why) in RULE_GAPS.items() if explain(line, pack)["winner"] is None}
+
+
 @pytest.mark.parametrize(("name", "seed"), [_case(n, s) for n in scenario_names() for s in SEEDS])
-def test_engine_meets_the_targets(e2e, name: str, seed: int) -> None:
+def test_engine_meets_the_targets(e2e, open_gaps, name: str, seed: int) -> None:
     s = e2e[seed][name]
     assert s.error is None, s.error
+    drawn = (s.truth.get("wording_variants") or {}).items()
+    gaps = [why for k, why in open_gaps.items() if k in drawn]
+    try:
+        _meets_the_targets(s)
+    except AssertionError:
+        if gaps:
+            pytest.xfail("; ".join(gaps))
+        raise
+
+
+def _meets_the_targets(s) -> None:
     m, t = s.metrics, s.truth
     assert m["innocent_drains"] == 0, m["top"]
     if not t["expect_incident"]:
