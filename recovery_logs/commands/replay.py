@@ -11,24 +11,6 @@ import typer
 DEFAULT_DEMO = "xid79_nccl_cascade"
 
 
-def _line_formats(line_format: str | None, time_format: str | None, config: Path | None, fmt: str) -> tuple:
-    """--line-format/--time-format (every file) first, then the config file's [[line_formats]]."""
-    from recovery_logs.errors import ConfigError
-    from recovery_logs.sources.lineformat import compile_line_format, load_line_formats
-
-    out: list = []
-    if line_format is not None:
-        out.append(compile_line_format(line_format, time_format, where="--line-format"))
-    elif time_format is not None:
-        raise ConfigError("--time-format needs --line-format", value=time_format)
-    if config is not None:
-        out.extend(load_line_formats(config))
-    if out and fmt != "auto":
-        raise ConfigError("--format and a line format (--line-format or [[line_formats]]) both say how to read "
-                          "the files; give one", format=fmt)
-    return tuple(out)
-
-
 def _read_options(fmt: str, host: str | None, job: str | None, year: int | None, boot_time: str | None,
                   line_formats: tuple = ()):
     from recovery_logs.errors import ConfigError
@@ -74,7 +56,7 @@ def register(app: typer.Typer) -> None:
         boot_time: Annotated[str | None, typer.Option("--boot-time", help="RFC3339 boot time for dmesg")] = None,
         rules_dir: Annotated[Path | None, typer.Option("--rules-dir", help="site rule packs")] = None,
         config: Annotated[Path | None, typer.Option(
-            "--config", help="engine config TOML ([engine], [[line_formats]])")] = None,
+            "--config", help="engine config TOML (engine and line_formats tables)")] = None,
         line_format: Annotated[str | None, typer.Option(
             "--line-format", help="site line format for every file, e.g. '<Date> <Time> <Node> <Level> <Content>'")] = None,
         time_format: Annotated[str | None, typer.Option(
@@ -89,13 +71,15 @@ def register(app: typer.Typer) -> None:
         from recovery_logs.config import load_config
         from recovery_logs.errors import ConfigError
         from recovery_logs.pipeline.replay import ReplayOptions, replay
+        from recovery_logs.sources.lineformat import line_formats_from_cli
 
         cfg = load_config(config)
         if rules_dir is not None:
             if not rules_dir.is_dir():
                 raise ConfigError("--rules-dir is not a directory", path=str(rules_dir))
             cfg = cfg.with_(rules_dir=rules_dir)
-        opts = _read_options(fmt, host, job, year, boot_time, _line_formats(line_format, time_format, config, fmt))
+        line_formats = line_formats_from_cli(line_format, time_format, config, fmt)
+        opts = _read_options(fmt, host, job, year, boot_time, line_formats)
         batches = None
         if source:
             if paths:

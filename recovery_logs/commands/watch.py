@@ -88,6 +88,12 @@ def register(app: typer.Typer) -> None:
         policy: Annotated[Path | None, typer.Option("--policy", help="policy TOML: budget, breaker, cooldown, promotion")] = None,
         tail_offset: Annotated[str, typer.Option("--tail-offset", hidden=True)] = "1s",
         verbose: Annotated[bool, typer.Option("--verbose", "-v", help="log source errors and retries to stderr")] = False,
+        line_format: Annotated[str | None, typer.Option(
+            "--line-format", help="site line format for file: sources, e.g. '<Date> <Time> <Node> <Content>'")] = None,
+        time_format: Annotated[str | None, typer.Option(
+            "--time-format", help="strptime format of the line format's time fields, or epoch|epoch_ms|iso")] = None,
+        formats_file: Annotated[Path | None, typer.Option(
+            "--line-formats", help="TOML file with line_formats tables (e.g. the engine config)")] = None,
     ) -> None:
         """Follow live logs and report incidents within seconds (tail + catch-up, no loss)."""
         from recovery_logs.config import EngineConfig
@@ -104,12 +110,17 @@ def register(app: typer.Typer) -> None:
         if refresh_s <= 0:
             raise ConfigError("--refresh must be > 0", value=refresh)
         lateness_s = _seconds("--lateness", lateness)
+        from recovery_logs.sources.lineformat import line_formats_from_cli
+        from recovery_logs.sources.read_common import ReadOptions
+
+        line_formats = line_formats_from_cli(line_format, time_format, formats_file)
         opts = WatchOptions(
             sources=tuple(source), query=query, state_dir=state_dir, refresh_s=refresh_s, lateness_s=lateness_s,
             catchup_s=_seconds("--catchup", catchup), context_s=_seconds("--context", context), duration_s=for_s,
             since_s=_seconds("--since", since) if since else None,
             rules_dir=rules_dir, export_incidents=export_incidents, prefilter=not no_prefilter,
-            tail_offset=tail_offset, config=EngineConfig(lateness_s=lateness_s, rules_dir=rules_dir))
+            tail_offset=tail_offset, config=EngineConfig(lateness_s=lateness_s, rules_dir=rules_dir),
+            read=ReadOptions(line_formats=line_formats) if line_formats else None)
         handler = logging.StreamHandler(sys.stderr)
         handler.setFormatter(logging.Formatter("watch: %(message)s"))
         wlog = logging.getLogger("recovery_logs.watch")

@@ -246,6 +246,24 @@ def line_formats_from_config(entries: Any, source: str) -> tuple[LineFormat, ...
     return tuple(out)
 
 
+def line_formats_from_cli(line_format: str | None, time_format: str | None,
+                          config: str | Path | None, fmt: str = "auto") -> tuple[LineFormat, ...]:
+    """``--line-format``/``--time-format`` (every file) first, then the ``--config`` file's
+    ``[[line_formats]]``. ConfigError for a time format without a line format, or a line format
+    together with an explicit ``--format``."""
+    out: list[LineFormat] = []
+    if line_format is not None:
+        out.append(compile_line_format(line_format, time_format, where="--line-format"))
+    elif time_format is not None:
+        raise ConfigError("--time-format needs --line-format", value=time_format)
+    if config is not None:
+        out.extend(load_line_formats(config))
+    if out and fmt != "auto":
+        raise ConfigError("--format and a line format (--line-format or [[line_formats]]) both say how to read "
+                          "the files; give one", format=fmt)
+    return tuple(out)
+
+
 def select_line_format(formats: Sequence[LineFormat], file: str) -> LineFormat | None:
     """The first format whose ``path`` glob matches ``file`` (a format without ``path`` matches all)."""
     if not formats:
@@ -336,5 +354,5 @@ def parse_line_format(lines: pl.DataFrame, ctx: ParseContext, lf: LineFormat) ->
         pl.col("body").cast(pl.String), pl.col("nvrm"), pl.col("mismatch"))
 
 
-__all__ = ["KNOWN_FIELDS", "LINE_FORMAT", "LineFormat", "compile_line_format", "line_formats_from_config",
-           "load_line_formats", "parse_line_format", "select_line_format"]
+__all__ = ["KNOWN_FIELDS", "LINE_FORMAT", "LineFormat", "compile_line_format", "line_formats_from_cli",
+           "line_formats_from_config", "load_line_formats", "parse_line_format", "select_line_format"]

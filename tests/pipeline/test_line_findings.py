@@ -93,3 +93,20 @@ def test_cli_line_format_errors(tmp_path, capsys, args, needle):
     assert main(["replay", str(log), *args]) == 2
     err = capsys.readouterr().err
     assert "ConfigError" in err and needle in err
+
+
+def test_cli_watch_file_source_with_a_line_format(tmp_path, capsys):
+    import json
+    import time
+
+    # a site's own layout: date, time, node, component, level, then the message (an NVRM Xid line)
+    now = time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime())
+    log = tmp_path / "site.log"
+    log.write_text(f"{now}.250 gpu-n05 kernel ERR NVRM: Xid (PCI:0000:3b:00): 79, pid=1234, GPU has fallen off the bus.\n")
+    args = ["watch", "--source", f"file:{log}", "--json", "--for", "1.0", "--refresh", "100ms",
+            "--state-dir", str(tmp_path / "state"), "--line-format", "<Date> <Time> <Node> <Component> <Level> <Content>"]
+    assert main(args) == 0
+    out = [json.loads(x) for x in capsys.readouterr().out.splitlines() if x.strip()]
+    assert [(o["node"], o["xid"], o["category"]) for o in out] == [("gpu-n05", 79, "xid")]
+    assert main(["watch", "--source", f"file:{log}", "--time-format", "%Y"]) == 2
+    assert "--time-format needs --line-format" in capsys.readouterr().err
