@@ -30,9 +30,9 @@ from typing import Any
 import polars as pl
 
 from recovery_logs.detectors.features import window_ns
-from recovery_logs.schema import TIME
+from recovery_logs.schema import TIME, SchemaDict
 
-LINE_FINDINGS_SCHEMA: dict[str, pl.DataType] = {
+LINE_FINDINGS_SCHEMA: SchemaDict = {
     "file": pl.String, "line": pl.Int64, "time": TIME, "host": pl.String, "job_id": pl.String,
     "rule_id": pl.String, "category": pl.String, "role": pl.String, "severity": pl.String,
     "score": pl.Float64, "message": pl.String,
