@@ -15,7 +15,10 @@ What runs, in one process:
    the label column excluded);
 4. precision / recall / F1 of both against the labels. As a diagnostic only, the best F1 any
    threshold on the model's window score could reach (the threshold chosen on the labels, so it
-   is an upper bound, not a result).
+   is an upper bound, not a result);
+5. reader speed: the label-free lines repeated to ``--speed-lines`` lines, read with the line
+   format (``read_paths``, vectorised) and with a Python ``re`` loop using the same regex (a
+   ratio within one run).
 
     python benchmarks/hpc_logs.py --data /path/to/loghub/BGL/BGL_2k.log
 """
@@ -34,6 +37,7 @@ import polars as pl
 
 from recovery_logs.pipeline.line_findings import window_scores
 from recovery_logs.pipeline.replay import ReplayOptions, replay
+from recovery_logs.sources.files import read_paths
 from recovery_logs.sources.lineformat import compile_line_format
 from recovery_logs.sources.read_common import ReadOptions
 
@@ -61,6 +65,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--data", required=True, type=Path, help="a LogHub log with its label column (BGL_2k.log …)")
     ap.add_argument("--dataset", choices=sorted(FORMATS), default="bgl")
     ap.add_argument("--json", action="store_true")
+    ap.add_argument("--speed-lines", type=int, default=200_000, help="lines for the reader speed check (0: skip)")
     a = ap.parse_args(argv)
     if not a.data.is_file():
         ap.error(f"--data {a.data}: no such file (get BGL/BGL_2k.log from https://github.com/logpai/loghub)")
@@ -106,6 +111,8 @@ def main(argv: list[str] | None = None) -> int:
         best = max((prf([x >= th for x in line_score], labels) | {"threshold": th}
                     for th in sorted(set(line_score))), key=lambda d: d["f1"])
         out["model_score_oracle_threshold"] = best
+    if a.speed_lines > 0:
+        out["reader_speed"] = reader_speed(bodies, pattern, tf, a.speed_lines)
     e, k = out["engine"], out["keyword_baseline"]
     out["engine_beats_keyword_f1"] = e["f1"] > k["f1"]
     if a.json:
@@ -123,7 +130,34 @@ def main(argv: list[str] | None = None) -> int:
         print(f"diagnostic (threshold picked on the labels, an upper bound): window score >= {o['threshold']:.3f} "
               f"gives P={o['precision']:.3f} R={o['recall']:.3f} F1={o['f1']:.3f}")
     print("engine beats the keyword baseline (F1):", "yes" if out["engine_beats_keyword_f1"] else "no")
+    if "reader_speed" in out:
+        r = out["reader_speed"]
+        print(f"reader: {r['lines']} lines, line format {r['lines_per_s']:,.0f} lines/s (whole read: events, "
+              f"quarantine, dedupe off), Python re loop {r['python_re_lines_per_s']:,.0f} lines/s: "
+              f"{r['ratio_vs_python_re']:.1f}x")
     return 0
+
+
+def reader_speed(bodies: list[str], pattern: str, tf: str, n: int) -> dict[str, float | int]:
+    """Lines per second: the line-format reader vs a Python ``re`` loop with the same regex."""
+    lf = compile_line_format(pattern, tf)
+    reps = max(1, n // max(1, len(bodies)))
+    lines = bodies * reps
+    with tempfile.TemporaryDirectory() as td:
+        p = Path(td) / "speed.log"
+        p.write_text("\n".join(lines) + "\n", encoding="utf-8")
+        t0 = time.perf_counter()
+        r = read_paths([p], ReadOptions(line_formats=(lf,), dedupe=False))
+        t_reader = time.perf_counter() - t0
+        assert r.events.height == len(lines)
+        rx = re.compile(lf.regex)
+        t0 = time.perf_counter()
+        with p.open(encoding="utf-8") as fh:
+            got = [m.groups() if (m := rx.match(ln.rstrip("\n"))) else None for ln in fh]
+        t_re = time.perf_counter() - t0
+        assert len(got) == len(lines)
+    return {"lines": len(lines), "lines_per_s": round(len(lines) / t_reader),
+            "python_re_lines_per_s": round(len(lines) / t_re), "ratio_vs_python_re": round(t_re / t_reader, 2)}
 
 
 if __name__ == "__main__":

@@ -191,3 +191,16 @@ def test_bad_config_entries_name_file_and_entry(tmp_path, body, needle):
     with pytest.raises(ConfigError) as ei:
         load_line_formats(cfg)
     assert needle in str(ei.value) and "bad.toml" in str(ei.value) and "line_formats" in str(ei.value)
+
+
+def test_fields_after_the_message(tmp_path):
+    # an application layout that puts the node last: `2026-12-01 10:00:00 <message> [gpu-n03]`
+    p = _write(tmp_path, "app.log", ["2026-12-01 10:00:00 CUDA error: an illegal memory access was encountered [gpu-n03]",
+                                     "2026-12-01 10:00:01 no node at the end"])
+    lf = compile_line_format("<Date> <Time> <Content> [<Node>]")
+    r = read_paths([p], ReadOptions(line_formats=(lf,)))
+    ev = r.events.sort("line")
+    assert ev["host"].to_list()[0] == "gpu-n03"
+    assert ev["message"].to_list() == ["CUDA error: an illegal memory access was encountered",
+                                       "2026-12-01 10:00:01 no node at the end"]
+    assert r.quarantine.select("line", "reason").rows() == [(2, "format_mismatch")]
