@@ -204,3 +204,25 @@ def test_fields_after_the_message(tmp_path):
     assert ev["message"].to_list() == ["CUDA error: an illegal memory access was encountered",
                                        "2026-12-01 10:00:01 no node at the end"]
     assert r.quarantine.select("line", "reason").rows() == [(2, "format_mismatch")]
+
+
+def test_windows_templates_and_the_model_see_line_format_events(tmp_path):
+    from recovery_logs.detectors.features import event_features
+    from recovery_logs.detectors.templates import mine
+    from recovery_logs.pipeline.line_findings import window_scores
+    from recovery_logs.pipeline.replay import ReplayOptions, replay
+
+    # four BGL lines on four nodes: one (host, minute) window each
+    p = _write(tmp_path, "bgl.log", BGL)
+    lf = compile_line_format(BGL_FORMAT, BGL_TIME)
+    res = replay([str(p)], ReplayOptions(read=ReadOptions(line_formats=(lf,))))
+    w = res.engine.windows
+    assert sorted(w["host"].to_list()) == sorted(["R02-M1-N0-C:J12-U11", "R23-M0-NE-C:J05-U01", "R04-M1-N4-I:J18-U11",
+                                                  "R30-M0-N9-C:J16-U01"])
+    assert w["lines"].sum() == 4
+    ev = read_paths([p], ReadOptions(line_formats=(lf,))).events
+    feats = event_features(ev)
+    assert feats["n_templates"].sum() == 4 and feats["new_templates"].sum() == 4
+    assert mine(ev["message"])["template"].to_list()[1] == "<*> double-hummer alignment exceptions"
+    scored = window_scores(res.engine)      # the shipped model scores every complete window
+    assert scored.height >= 3 and scored["score"].is_between(0.0, 1.0).all()
