@@ -35,14 +35,13 @@ from typing import Any
 from recovery_logs.errors import ConfigError, InputError, RecoveryLogsError
 from recovery_logs.pipeline import Engine, ReplayOptions, replay
 from recovery_logs.rulepack import load_packs
+from recovery_logs.schema import Category
 
 FAMILIES = ("xid", "gsp", "ecc_memory", "nvlink_nvswitch", "pcie", "infiniband", "nccl_network", "ucx_ibverbs",
             "nccl_timeout", "nccl_setup", "cuda_error", "oom_gpu", "oom_host", "thermal_power", "slurm",
             "software_exception", "segfault", "host_mce_edac", "nvml_error", "straggler_timing", "truncated",
             "benign")
-CATEGORIES = ("xid", "ecc_memory", "nvlink", "pcie", "infiniband_link", "nccl_network_error", "nccl_timeout_hang",
-              "nccl_other", "cuda_error", "oom_gpu", "oom_host", "thermal_power", "slurm_job_failure",
-              "software_exception", "host_hardware", "straggler", "none")
+CATEGORIES = (*(c.value for c in Category if c is not Category.ANOMALY), "none")
 ACTIONS = ("drain_node", "reset_gpu", "requeue_job", "cancel_job", "investigate", "none")
 DISRUPTIVE = frozenset({"drain_node", "reset_gpu", "requeue_job", "cancel_job"})
 HIDDEN_SPLITS = frozenset({"holdout"})

@@ -15,7 +15,8 @@ No per-line Python loop. The steps, all Polars expressions over the whole batch:
    ``it_per_s`` become ``step_time_s``; every other group goes into ``detail`` (JSON).
 5. **XID classification** — findings of ``category = "xid"`` rules with an ``xid`` take
    category/severity/role/action from the catalog (unknown code -> investigate, never
-   fatal); XID 144-150 are decoded fatal/non-fatal; XID 154 takes the action its recovery-action
+   fatal); XID 144-150 are decoded fatal/non-fatal (undecodable: the catalog's action for the code);
+   XID 154 takes the action its recovery-action
    number names. Their ``rule_id`` is ``xid.<code>``; the matching rule is in ``detail.rule``.
 """
 
@@ -188,7 +189,10 @@ def _classify_xid(ext: pl.DataFrame, pack: RulePack) -> pl.DataFrame:
               .replace_strict(pack.xid154_actions or {-1: "investigate"}, default=None, return_dtype=pl.String))
     action = (pl.when(~is_xid).then(pl.col("action"))
               .when(in_nvl5 & pl.col("fatal").eq(True)).then(pl.coalesce(fatal_act, pl.col("_x_action")))
-              .when(in_nvl5).then(pl.lit("investigate"))
+              .when(in_nvl5 & pl.col("fatal").eq(False)).then(pl.lit("investigate"))
+              # decode failed (unit/status not in the sheet, no Fatal/Nonfatal word): the catalog's action
+              # for the code stands, never a weaker one
+              .when(in_nvl5).then(pl.col("_x_action"))
               .when(pl.col("xid") == 154).then(pl.coalesce(act154, pl.col("_x_action")))
               .otherwise(pl.col("_x_action")))
     severity = (pl.when(~is_xid).then(pl.col("severity"))
