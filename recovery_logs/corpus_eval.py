@@ -331,7 +331,7 @@ class CorpusOptions:
     min_category: float = 0.90
     max_benign_actions: int = 0
     max_crashes: int = 0
-    workers: int = 0                 # processes for the default replay; 0 = min(4, CPUs)
+    workers: int = 0                 # processes for the default replay; 0 = default_workers()
     replay: ReplayFn | None = None
 
     def check(self) -> None:
@@ -391,6 +391,13 @@ def evaluate_split(name: str, excerpts: list[Excerpt], replay_fn: ReplayFn | Non
                        per_category=per_category(results), hidden=name in HIDDEN_SPLITS)
 
 
+def default_workers() -> int:
+    """Processes for the default replay. Each spawned worker loads the rule pack and the anomaly model
+    itself (seconds), so on a small machine one process (which loads them once) is faster."""
+    cpus = os.cpu_count() or 1
+    return 1 if cpus <= 2 else min(4, cpus // 2)
+
+
 def evaluate_corpus(root: str | Path, options: CorpusOptions | None = None) -> CorpusReport:
     """Score every split under ``root``; ``missed`` lists the floors not met (per split)."""
     o = options or CorpusOptions()
@@ -403,7 +410,7 @@ def evaluate_corpus(root: str | Path, options: CorpusOptions | None = None) -> C
             if ex.id in seen:
                 raise InputError("corpus: excerpt id used in two splits", id=ex.id, splits=f"{seen[ex.id]}, {name}")
             seen[ex.id] = name
-    workers = o.workers or min(4, os.cpu_count() or 1)
+    workers = o.workers or default_workers()
     reports = [evaluate_split(name, excerpts, o.replay, workers) for name, excerpts in splits]
     missed = [m for r in reports for m in floors(r, o)]
     return CorpusReport(splits=reports, missed=missed, wall_s=time.perf_counter() - t0)
