@@ -11,7 +11,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from recovery_logs.corpus_eval import CorpusOptions, CorpusReport, SplitReport, evaluate_corpus
+from recovery_logs.analysis.corpus_eval import CorpusOptions, CorpusReport, SplitReport, evaluate_corpus
 from recovery_logs.errors import EvalFloorMissed
 
 

@@ -9,8 +9,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from recovery_logs.cli import app
-from recovery_logs.corpus_eval import (
+from recovery_logs.analysis.corpus_eval import (
     CorpusOptions,
     Excerpt,
     ExcerptResult,
@@ -20,6 +19,7 @@ from recovery_logs.corpus_eval import (
     load_corpus,
     per_family,
 )
+from recovery_logs.cli import app
 from recovery_logs.errors import InputError
 
 CORPUS = Path(__file__).resolve().parents[1] / "corpus" / "real"

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from recovery_logs.pipeline import ReplayOptions, replay
+from recovery_logs.pipeline.replay import ReplayOptions, replay
 
 HOSTS = ("gpu-a1", "gpu-a2", "gpu-a3", "gpu-a4")
 SLOW = "gpu-a3"

@@ -32,9 +32,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from recovery_logs.detectors.rulepack import load_packs
 from recovery_logs.errors import ConfigError, InputError, RecoveryLogsError
-from recovery_logs.pipeline import Engine, ReplayOptions, replay
-from recovery_logs.rulepack import load_packs
+from recovery_logs.pipeline.engine import Engine
+from recovery_logs.pipeline.replay import ReplayOptions, replay
 from recovery_logs.schema import Category
 
 FAMILIES = ("xid", "gsp", "ecc_memory", "nvlink_nvswitch", "pcie", "infiniband", "nccl_network", "ucx_ibverbs",
