@@ -137,13 +137,19 @@ class SplitReport:
     def misses(self) -> list[ExcerptResult]:
         return [r for r in self.results if r.miss_reason() is not None]
 
+    def action_disagreements(self) -> list[ExcerptResult]:
+        """Excerpts that are not misses but whose action class differs from the label."""
+        return [r for r in self.results if r.miss_reason() is None and not r.action_ok]
+
     def to_dict(self, show_misses: bool = False) -> dict[str, Any]:
         d: dict[str, Any] = {"name": self.name, "totals": self.totals, "per_family": self.per_family,
                              "per_category": self.per_category}
         if self.hidden and not show_misses:
             d["misses"] = f"{len(self.misses())} hidden (--show-misses)"
+            d["action_disagreements"] = f"{len(self.action_disagreements())} hidden (--show-misses)"
         else:
             d["misses"] = [r.to_dict() for r in self.misses()]
+            d["action_disagreements"] = [r.to_dict() for r in self.action_disagreements()]
         return d
 
 

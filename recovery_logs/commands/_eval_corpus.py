@@ -52,14 +52,21 @@ def print_report(report: CorpusReport, console: Console, show_misses: bool) -> N
         console.print(category_table(split))
         console.print(escape(summary_line(split)))
         misses = split.misses()
+        disagree = split.action_disagreements()
         if split.hidden and not show_misses:
-            console.print(f"{split.name}: {len(misses)} miss(es) hidden (use --show-misses)")
+            console.print(f"{split.name}: {len(misses)} miss(es) and {len(disagree)} action disagreement(s) "
+                          "hidden (use --show-misses)")
             continue
         for r in misses:
             e = r.excerpt
             amb = " [ambiguous]" if e.ambiguous else ""
             console.print(escape(f"  miss {e.id} ({e.family}{amb}): {r.miss_reason()}; action {r.action} "
                                  f"(expected {e.action}); cause: {r.cause}"), soft_wrap=True)
+        for r in disagree:
+            e = r.excerpt
+            amb = " [ambiguous]" if e.ambiguous else ""
+            console.print(escape(f"  action {e.id} ({e.family}{amb}): expected {e.action}, got {r.action} "
+                                 f"({r.category} via {r.root_rule})"), soft_wrap=True)
     console.print(f"corpus scored in {report.wall_s:.1f}s")
 
 

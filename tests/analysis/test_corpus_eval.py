@@ -80,16 +80,20 @@ def test_splits_and_hidden_holdout_misses(tmp_path: Path) -> None:
     _write(tmp_path / "dev", "dev-hit", fell)
     _write(tmp_path / "dev", "dev-miss", "nothing interesting here", category="pcie", family="pcie")
     _write(tmp_path / "holdout", "ho-miss", "nothing interesting either", category="pcie", family="pcie")
+    _write(tmp_path / "holdout", "ho-action", fell, action="reset_gpu")   # category right, action class not
     assert [n for n, _ in discover_splits(tmp_path)] == ["dev", "holdout"]
     assert [n for n, _ in discover_splits(tmp_path / "dev")] == ["dev"]
     res = CliRunner().invoke(app, ["eval", "--corpus", str(tmp_path), "--width", "200"])
     assert res.exit_code != 0                         # 50 % < 90 % floor
     assert "dev-miss" in res.output and "ho-miss" not in res.output and "hidden" in res.output
+    assert "ho-action" not in res.output
     rep = evaluate_corpus(tmp_path, CorpusOptions(min_category=0.0))
     assert rep.ok
     shown, hidden = rep.to_dict(show_misses=True), rep.to_dict()
     assert shown["splits"]["holdout"]["misses"][0]["id"] == "ho-miss"
     assert isinstance(hidden["splits"]["holdout"]["misses"], str)
+    assert [r["id"] for r in shown["splits"]["holdout"]["action_disagreements"]] == ["ho-action"]
+    assert isinstance(hidden["splits"]["holdout"]["action_disagreements"], str)
     assert hidden["splits"]["dev"]["misses"][0]["id"] == "dev-miss"   # dev misses are always listed
     assert shown["splits"]["dev"]["totals"]["category_accuracy"] == 0.5
     json.dumps(shown)
