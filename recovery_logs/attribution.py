@@ -29,6 +29,8 @@ from recovery_logs.config import EngineConfig
 from recovery_logs.records import Candidate, Evidence, Incident, incident_id
 from recovery_logs.schema import HARDWARE_CATEGORIES, PROGRESS_CATEGORY, SEVERITY_RANK, Category
 
+PCIE_FORM_FACTOR_RULE = "nvlink.pcie_form_factor"
+DRAINING_ACTIONS = frozenset({"drain_node_and_requeue", "reset_gpu"})
 ROLE_WEIGHT = {"cause": 1.0, "symptom": 0.3, "breadcrumb": 0.15, "info": 0.05}
 BREADCRUMB_AFTER_CAUSE = 0.02
 HW_BONUS = 0.5
@@ -322,6 +324,9 @@ class Attributor:
                 action = r.action
         if top.node is not None and top_row.host != top.node:
             action = "investigate"   # a suspect without its own fault line: look, don't drain
+        if (category == Category.NVLINK.value and action in DRAINING_ACTIONS
+                and any(r.rule_id == PCIE_FORM_FACTOR_RULE and r.host == top.node for r in rows)):
+            action = "investigate"   # the log names a PCIe-form-factor GPU: "NVLink down" there is no fault
         detected = self._detected_at(scored, hosts_in_job, addr_hosts, top.node, category)
         status = "open"
         if top.node is not None:

@@ -97,6 +97,7 @@ class Category(StrEnum):
     THERMAL_POWER = "thermal_power"
     SLURM_JOB_FAILURE = "slurm_job_failure"
     SOFTWARE_EXCEPTION = "software_exception"
+    HOST_HARDWARE = "host_hardware"     # host CPU / memory machine checks (MCE, EDAC, APEI GHES)
     STRAGGLER = "straggler"
     ANOMALY = "anomaly"
 
@@ -108,7 +109,7 @@ RULE_CATEGORIES = frozenset({c.value for c in Category} | {PROGRESS_CATEGORY})
 # Hardware failure domains: an initiating fault here outranks software symptoms.
 HARDWARE_CATEGORIES = frozenset({
     Category.XID, Category.ECC_MEMORY, Category.NVLINK, Category.PCIE, Category.INFINIBAND_LINK,
-    Category.THERMAL_POWER,
+    Category.THERMAL_POWER, Category.HOST_HARDWARE,
 })
 
 

@@ -56,12 +56,18 @@ def report_table(report) -> Any:
 def register(app: typer.Typer) -> None:
     @app.command("eval")
     def eval_cmd(
-        directory: Annotated[Path, typer.Argument(help="output of `recovery-logs simulate` (or one scenario dir)")],
+        directory: Annotated[Path | None, typer.Argument(help="output of `recovery-logs simulate` (or one scenario dir)")] = None,
+        corpus: Annotated[Path | None, typer.Option("--corpus", help="score a real-log excerpt corpus (dir with "
+                                                    "dev/ and holdout/, or a dir of excerpts) instead")] = None,
+        show_misses: Annotated[bool, typer.Option("--show-misses", help="--corpus: also list the holdout's misses")] = False,
+        max_benign_actions: Annotated[int, typer.Option("--max-benign-actions", help="--corpus: ceiling on benign "
+                                                        "excerpts with drain/reset/requeue/cancel")] = 0,
         as_json: Annotated[bool, typer.Option("--json", help="print the report as JSON")] = False,
         input_kind: Annotated[str, typer.Option("--input", help="auto | text | vl")] = "auto",
         min_top1: Annotated[float, typer.Option("--min-top1", help="floor: top-1 culprit rate (node-level runs)")] = 0.0,
         min_top3: Annotated[float, typer.Option("--min-top3", help="floor: top-3 culprit rate")] = 0.0,
-        min_category: Annotated[float, typer.Option("--min-category", help="floor: category rate")] = 0.0,
+        min_category: Annotated[float | None, typer.Option("--min-category", help="floor: category rate "
+                                                           "(default 0; with --corpus 0.90 on non-benign excerpts)")] = None,
         max_innocent_drains: Annotated[int, typer.Option("--max-innocent-drains", help="ceiling on innocent drains")] = 0,
         max_latency: Annotated[float | None, typer.Option("--max-latency", help="ceiling (s) on hardware-fault "
                                                                                "latency after the decisive line")] = None,
@@ -70,12 +76,28 @@ def register(app: typer.Typer) -> None:
                                                             help="do not fail on disruptive proposals in quiet runs")] = False,
         width: Annotated[int | None, typer.Option("--width", help="terminal width")] = None,
     ) -> None:
-        """Replay every scenario in DIRECTORY, score it against truth.json; exit 1 when a floor is missed."""
+        """Replay every scenario in DIRECTORY, score it against truth.json; exit 1 when a floor is missed.
+
+        With --corpus DIR: replay every real-log excerpt and print per-family/per-category precision and
+        recall, category accuracy, benign excerpts with disruptive proposals, action agreement, crashes
+        and every miss (the holdout split's misses only with --show-misses)."""
         from rich.console import Console
 
         from recovery_logs.analysis.evaluate import EvalOptions, evaluate_engine
+        from recovery_logs.errors import ConfigError
 
-        opts = EvalOptions(input=input_kind, min_top1=min_top1, min_top3=min_top3, min_category=min_category,
+        if (directory is None) == (corpus is None):
+            raise ConfigError("eval: give a simulator output DIRECTORY or --corpus DIR (one of them)")
+        if corpus is not None:
+            from recovery_logs.commands._eval_corpus import run_corpus_eval
+
+            run_corpus_eval(corpus, as_json=as_json, show_misses=show_misses,
+                            min_category=0.90 if min_category is None else min_category,
+                            max_benign_actions=max_benign_actions, width=width)
+            return
+        assert directory is not None
+        opts = EvalOptions(input=input_kind, min_top1=min_top1, min_top3=min_top3,
+                           min_category=0.0 if min_category is None else min_category,
                            max_innocent_drains=max_innocent_drains, max_latency_s=max_latency,
                            require_healthy_clean=not allow_unclean_healthy, max_errors=max_errors)
         err = Console(stderr=True, width=width, highlight=False)

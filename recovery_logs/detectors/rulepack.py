@@ -34,8 +34,10 @@ ROLES = frozenset(r.value for r in Role)
 SEVERITIES = frozenset(s.value for s in Severity)
 ACTIONS = frozenset(a.value for a in EngineAction)
 # Named groups with these names are converted into FINDING_SCHEMA columns by the matcher.
-UNIT_GROUPS = frozenset({"step_time_ms", "it_per_s", "xid_hex", "nvl_status", "nvl_unit", "nvl_severity",
-                         "recovery_action"})
+UNIT_GROUPS = frozenset({"step_time_ms", "it_per_s", "samples_per_s", "xid_hex", "nvl_status", "nvl_unit",
+                         "nvl_severity", "recovery_action"})
+# Groups named step_time_ms_<part> (e.g. step_time_ms_fwd, step_time_ms_bwd) are summed into step_time_s.
+STEP_PART_PREFIX = "step_time_ms_"
 FIELD_COLUMNS = frozenset(FINDING_EXTRA_SCHEMA) - {"rule_id", "rule_version", "category", "severity", "role",
                                                    "action", "detail"}
 _GROUP_NAME = re.compile(r"\(\?P?<([A-Za-z_][A-Za-z0-9_]*)>")
@@ -316,4 +318,4 @@ def load_packs(rules_dir: Path | None = None) -> RulePack:
 # --------------------------------------------------------------------------- self-test
 
 
-__all__ = ["CATALOG_FILE", "Rule", "RulePack", "XidEntry", "default_rules_dir", "load_packs"]
+__all__ = ["CATALOG_FILE", "STEP_PART_PREFIX", "Rule", "RulePack", "XidEntry", "default_rules_dir", "load_packs"]

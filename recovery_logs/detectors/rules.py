@@ -12,10 +12,11 @@ No per-line Python loop. The steps, all Polars expressions over the whole batch:
    file and position) wins: one finding per event at most.
 4. **Extraction** — per winning pattern, ``str.extract_groups`` on the rows it won only. Named
    groups named like FINDING_SCHEMA columns fill those columns; ``step_time_ms`` and
-   ``it_per_s`` become ``step_time_s``; every other group goes into ``detail`` (JSON).
+   ``it_per_s``/``samples_per_s`` (inverted) become ``step_time_s``, ``step_time_ms_<part>`` groups are summed; every other group goes into ``detail`` (JSON).
 5. **XID classification** — findings of ``category = "xid"`` rules with an ``xid`` take
    category/severity/role/action from the catalog (unknown code -> investigate, never
-   fatal); XID 144-150 are decoded fatal/non-fatal; XID 154 takes the action its recovery-action
+   fatal); XID 144-150 are decoded fatal/non-fatal (undecodable: the catalog's action for the code);
+   XID 154 takes the action its recovery-action
    number names. Their ``rule_id`` is ``xid.<code>``; the matching rule is in ``detail.rule``.
 """
 
@@ -23,12 +24,12 @@ from __future__ import annotations
 
 import polars as pl
 
-from recovery_logs.detectors.rulepack import Rule, RulePack
+from recovery_logs.detectors.rulepack import STEP_PART_PREFIX, Rule, RulePack
 from recovery_logs.schema import EVENT_SCHEMA, FINDING_EXTRA_SCHEMA, FINDING_SCHEMA, check_events, conform
 
 _META = ("rule_id", "rule_version", "category", "severity", "role", "action")
 _VALUE_COLS = tuple(c for c in FINDING_EXTRA_SCHEMA if c not in _META + ("detail",))
-_CONVERTED = {"step_time_ms", "it_per_s"}
+_CONVERTED = {"step_time_ms", "it_per_s", "samples_per_s"}
 _DECODE_ONLY = {"nvl_unit", "nvl_status", "nvl_severity", "recovery_action"}
 NVLINK5_XIDS = range(144, 151)
 
@@ -100,12 +101,17 @@ def _extract(sub: pl.DataFrame, rule: Rule, pattern: str) -> pl.DataFrame:
                 cols[n] = g(n)
             if n == "step_time_ms":
                 cols["step_time_s"] = g(n).str.replace_all(",", "").cast(pl.Float64, strict=False) / 1000.0
-            elif n == "it_per_s":
-                cols["step_time_s"] = 1.0 / g(n).cast(pl.Float64, strict=False)
+            elif n in ("it_per_s", "samples_per_s"):
+                # a rate: its inverse is the (relative) time per step, comparable across ranks of one job
+                cols["step_time_s"] = 1.0 / g(n).str.replace_all(",", "").cast(pl.Float64, strict=False)
             if n in _DECODE_ONLY:
                 cols["_" + n] = g(n)
             if n not in _VALUE_COLS:
                 detail_fields.append(g(n).alias(n))
+    parts = [n for n in names if n.startswith(STEP_PART_PREFIX)]
+    if parts:   # per-phase timings (forward, backward, optimizer ...): their sum is the step time
+        cols["step_time_s"] = pl.sum_horizontal(
+            [g(n).str.replace_all(",", "").cast(pl.Float64, strict=False) for n in parts]) / 1000.0
     for k, v in rule.fields.items():   # constants; a named group of the same name wins where it matched
         cols[k] = pl.coalesce(cols[k].cast(pl.String), pl.lit(str(v))) if k in names else pl.lit(v)
     exprs = [pl.col("_row")]
@@ -188,7 +194,10 @@ def _classify_xid(ext: pl.DataFrame, pack: RulePack) -> pl.DataFrame:
               .replace_strict(pack.xid154_actions or {-1: "investigate"}, default=None, return_dtype=pl.String))
     action = (pl.when(~is_xid).then(pl.col("action"))
               .when(in_nvl5 & pl.col("fatal").eq(True)).then(pl.coalesce(fatal_act, pl.col("_x_action")))
-              .when(in_nvl5).then(pl.lit("investigate"))
+              .when(in_nvl5 & pl.col("fatal").eq(False)).then(pl.lit("investigate"))
+              # decode failed (unit/status not in the sheet, no Fatal/Nonfatal word): the catalog's action
+              # for the code stands, never a weaker one
+              .when(in_nvl5).then(pl.col("_x_action"))
               .when(pl.col("xid") == 154).then(pl.coalesce(act154, pl.col("_x_action")))
               .otherwise(pl.col("_x_action")))
     severity = (pl.when(~is_xid).then(pl.col("severity"))

@@ -57,8 +57,10 @@ _SLURM_FILE = re.compile(r"(?:^|[^a-z])(slurmd|slurmctld|slurmstepd|slurmdbd)(?:
 # Header regexes capture only the header; the message is the text after the whole match (capturing
 # a trailing `(.*)` makes the regex engine several times slower).
 RE_5424 = r"^<(\d{1,3})>1 (\S+) (\S+) (\S+) (\S+) (\S+) (-|(?:\[(?:[^\]\\]|\\.)*\])+) ?"
+# The host is optional: `Mar 29 15:38:59 kernel: NVRM: ...` (journal exports, pastes) has none; a host
+# token never ends in ':' (that is the program tag).
 RE_3164 = (r"^(?:<\d{1,3}>)?([A-Z][a-z]{2}) +(\d{1,2}) (\d{2}:\d{2}:\d{2})(?:\.(\d{1,9}))? "
-           r"(\S+) ([^\s:\[]+)(?:\[\d+\])?: ?")
+           r"(?:(\S*[^\s:]) )?([^\s:\[]+)(?:\[\d+\])?: ?")
 # rsyslog high-precision template: ISO time, host, program
 RE_ISOSYSLOG = (r"^(\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(?:\.\d{1,9})?(?:Z|[+-]\d{2}:?\d{2})) "
                 r"(\S+) ([^\s:\[]+)(?:\[\d+\])?: ?")

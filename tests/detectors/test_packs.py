@@ -31,7 +31,8 @@ CASES = [
     ("slurmstepd: error: Detected 1 oom_kill event in StepId=184470.0. Some of the step tasks have been OOM Killed.",
      "oom.cgroup_kill", "oom_host", "cause", "none_user_bug", {}, {"oom_events": "1"}),
     ("[rank1]: RuntimeError: CUDA error: an illegal memory access was encountered",
-     "cuda.runtime_error", "cuda_error", "symptom", "requeue_only", {}, {"cuda_error": "an illegal memory access was encountered"}),
+     # a lone CUDA runtime error is a look, not a requeue (real-log corpus, issue 13)
+     "cuda.runtime_error", "cuda_error", "symptom", "investigate", {}, {"cuda_error": "an illegal memory access was encountered"}),
     ("RuntimeError: CUDA error: device-side assert triggered",
      "cuda.user_error", "cuda_error", "cause", "none_user_bug", {}, {}),
     ("mlx5_core 0000:5c:00.0: Port module event[error]: module 0, Cable error, High Temperature",
