@@ -336,6 +336,9 @@ def split_totals(results: list[ExcerptResult]) -> dict[str, Any]:
 @dataclass(frozen=True)
 class CorpusOptions:
     min_category: float = 0.90
+    # The category floor of hidden (held-out) splits, scored separately: None means min_category.
+    # Crashes and benign actions have the same floors in every split.
+    holdout_min_category: float | None = None
     max_benign_actions: int = 0
     max_crashes: int = 0
     workers: int = 0                 # processes for the default replay; 0 = default_workers()
@@ -344,14 +347,20 @@ class CorpusOptions:
     def check(self) -> None:
         if not 0.0 <= self.min_category <= 1.0:
             raise ConfigError("eval: --min-category must be a fraction in [0, 1]", value=self.min_category)
+        if self.holdout_min_category is not None and not 0.0 <= self.holdout_min_category <= 1.0:
+            raise ConfigError("eval: --min-holdout-category must be a fraction in [0, 1]",
+                              value=self.holdout_min_category)
         if self.max_benign_actions < 0 or self.max_crashes < 0:
             raise ConfigError("eval: maximum counts must be >= 0")
 
 
 def floors(split: SplitReport, o: CorpusOptions) -> list[str]:
     t, missed = split.totals, []
-    if t["category_accuracy"] is not None and t["category_accuracy"] < o.min_category:
-        missed.append(f"{split.name}: category accuracy {t['category_accuracy']:.3f} < {o.min_category:.3f}")
+    floor = o.min_category
+    if split.hidden and o.holdout_min_category is not None:
+        floor = o.holdout_min_category
+    if t["category_accuracy"] is not None and t["category_accuracy"] < floor:
+        missed.append(f"{split.name}: category accuracy {t['category_accuracy']:.3f} < {floor:.3f}")
     if t["benign_with_actions"] > o.max_benign_actions:
         missed.append(f"{split.name}: {t['benign_with_actions']} benign excerpt(s) with drain/reset/requeue/cancel "
                       f"> {o.max_benign_actions}")

@@ -60,6 +60,8 @@ def register(app: typer.Typer) -> None:
         corpus: Annotated[Path | None, typer.Option("--corpus", help="score a real-log excerpt corpus (dir with "
                                                     "dev/ and holdout/, or a dir of excerpts) instead")] = None,
         show_misses: Annotated[bool, typer.Option("--show-misses", help="--corpus: also list the holdout's misses")] = False,
+        min_holdout_category: Annotated[float | None, typer.Option(
+            "--min-holdout-category", help="--corpus: category floor of the held-out split (default: --min-category)")] = None,
         max_benign_actions: Annotated[int, typer.Option("--max-benign-actions", help="--corpus: ceiling on benign "
                                                         "excerpts with drain/reset/requeue/cancel")] = 0,
         as_json: Annotated[bool, typer.Option("--json", help="print the report as JSON")] = False,
@@ -93,6 +95,7 @@ def register(app: typer.Typer) -> None:
 
             run_corpus_eval(corpus, as_json=as_json, show_misses=show_misses,
                             min_category=0.90 if min_category is None else min_category,
+                            min_holdout_category=min_holdout_category,
                             max_benign_actions=max_benign_actions, width=width)
             return
         assert directory is not None
