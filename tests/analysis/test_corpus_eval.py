@@ -124,3 +124,11 @@ def test_scoring_rules() -> None:
     assert fam["xid"]["recall"] == 0.5 and fam["xid"]["precision"] == pytest.approx(1 / 3)   # c and e land in xid
     assert fam["benign"]["recall"] == 0.5
     assert CorpusOptions().min_category == 0.90
+
+
+def test_holdout_is_at_least_a_quarter_of_the_corpus() -> None:
+    dev, holdout = load_corpus(CORPUS / "dev"), load_corpus(CORPUS / "holdout")
+    assert len(dev) + len(holdout) >= 250
+    assert len(holdout) / (len(dev) + len(holdout)) >= 0.25
+    assert sum(e.benign for e in dev) + sum(e.benign for e in holdout) >= 40
+    assert {e.url for e in holdout}.isdisjoint({e.url for e in dev}), "a held-out thread is also in dev"
