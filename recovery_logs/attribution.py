@@ -28,6 +28,7 @@ import polars as pl
 from recovery_logs.config import EngineConfig
 from recovery_logs.records import Candidate, Evidence, Incident, incident_id
 from recovery_logs.schema import HARDWARE_CATEGORIES, PROGRESS_CATEGORY, SEVERITY_RANK, Category
+from recovery_logs.trust import CLAIM, JOB, JOB_LINE, NAMES, NODE, authority
 
 PCIE_FORM_FACTOR_RULE = "nvlink.pcie_form_factor"
 DRAINING_ACTIONS = frozenset({"drain_node_and_requeue", "reset_gpu"})
@@ -72,6 +73,7 @@ class Row:
     escalated: bool = False
     rank: int | None = None
     inferred: bool = False   # the line had no timestamp of its own: its time is a neighbour's
+    authority: int = NODE    # strongest source authority among its findings (recovery_logs.trust)
 
 
 def fill_jobs(findings: pl.DataFrame, spans: pl.DataFrame, grace_s: float) -> pl.DataFrame:
@@ -124,7 +126,8 @@ def aggregate_rows(grouped: pl.DataFrame) -> pl.DataFrame:
                  pl.col("time").max().dt.epoch("ns").alias("last"),
                  pl.col("job_id").drop_nulls().first().alias("job_id"),
                  *[pl.col(c).first().alias(c) for c in _ROW_COLS],
-                 pl.col("gpu").drop_nulls().first().alias("any_gpu"))
+                 pl.col("gpu").drop_nulls().first().alias("any_gpu"),
+                 pl.col("authority").min().alias("authority"))
             .sort(["group", "first", "host", "rule_id"], nulls_last=True))
 
 
@@ -263,6 +266,7 @@ class Attributor:
         if f.height == 0:
             return []
         f = fill_jobs(f, spans, cfg.job_span_grace_s)
+        f = f.with_columns(authority(f))
         escal = repeated_app_xids(f, cfg.repeat_app_xid_jobs)
         grouped = group_findings(f, cfg.incident_gap_s)
         agg = aggregate_rows(grouped)
@@ -274,9 +278,13 @@ class Attributor:
             inc = self._one(group, part, job_hosts, addr_hosts, escal)
             if inc is not None:
                 out.append(inc)
-        # an anomaly ("unlike anything seen before") ranks below a named failure of the same severity
-        out.sort(key=lambda i: (-SEVERITY_RANK.get(i.severity, 0), i.category == Category.ANOMALY.value,
-                                -i.confidence, i.first_seen, i.id))
+        # A confirmed hardware cause that cascaded to other nodes comes first, whatever the confidence
+        # of single-line incidents; an unconfirmed incident (the culprit's only evidence is a claim, or a
+        # suspect without its own fault line) ranks below a confirmed one of the same severity; an
+        # anomaly ("unlike anything seen before") below a named failure of the same severity.
+        out.sort(key=lambda i: (not (i.confirmed and i.category in HARDWARE_CATEGORIES and len(i.nodes) > 1),
+                                -SEVERITY_RANK.get(i.severity, 0), not i.confirmed,
+                                i.category == Category.ANOMALY.value, -i.confidence, i.first_seen, i.id))
         return out
 
     def _one(self, group: str, part: pl.DataFrame, job_hosts: dict[str, set[str]],
@@ -288,7 +296,7 @@ class Attributor:
                     action=d["action"] or "investigate", xid=d["xid"], pci=d["pci"],
                     gpu=d["gpu"] if d["gpu"] is not None else d["any_gpu"], message=d["message"],
                     file=d["file"], line=d["line"], peer=d["peer"], rank=d["rank"],
-                    inferred=bool(d["time_inferred"]),
+                    inferred=bool(d["time_inferred"]), authority=int(d["authority"]),
                     escalated=d["xid"] in (13, 31) and (d["host"], d["pci"] or "") in escal)
                 for d in recs]
         clears = [r for r in rows if r.role == "clear"]
@@ -327,6 +335,12 @@ class Attributor:
         if (category == Category.NVLINK.value and action in DRAINING_ACTIONS
                 and any(r.rule_id == PCIE_FORM_FACTOR_RULE and r.host == top.node for r in rows)):
             action = "investigate"   # the log names a PCIe-form-factor GPU: "NVLink down" there is no fault
+        own = [r.authority for r in scored if r.host == top.node and r.role == "cause"]
+        auth = min(own) if own else (top_row.authority if top_row.host == top.node else CLAIM)
+        if auth == CLAIM and action in DRAINING_ACTIONS:
+            action = "investigate"   # a line naming another host is a claim to corroborate, not grounds to drain
+        confirmed = top_row.host == top.node and top_row.role == "cause" and (
+            auth == NODE or (auth in (JOB, JOB_LINE) and category not in HARDWARE_CATEGORIES))
         detected = self._detected_at(scored, hosts_in_job, addr_hosts, top.node, category)
         status = "open"
         if top.node is not None:
@@ -355,7 +369,8 @@ class Attributor:
             candidates=tuple(c for c, _ in cands[:5]), rule_ids=tuple(sorted(counts)),
             counts_by_rule=counts, status=status, pci=top_row.pci if top_row.host == top.node else None,
             suggested_action=action, scope=scope,
-            root_rule=top_row.rule_id if top_row.host == top.node else "attribution.suspect")
+            root_rule=top_row.rule_id if top_row.host == top.node else "attribution.suspect",
+            authority=NAMES[auth], confirmed=confirmed)
 
     def _detected_at(self, scored: list[Row], job_hosts: set[str], addr_hosts: dict[str, str],
                      node: str | None, category: str) -> int:

@@ -5,7 +5,8 @@ Every record is one row of the ``audit`` table::
     id           1, 2, 3, ... (no gaps)
     ts_ns        wall-clock time the record was written (ns since the epoch, UTC)
     kind         detection | proposal | decision | intent | result | approval | rejection |
-                 unsafe_target | reconcile | breaker | config | model | session
+                 unsafe_target | untrusted | expired | reconcile | breaker | config | model |
+                 session | anchor_gap | state_reset
     incident_id  the incident the record is about, or NULL
     action_id    the remediation action it is about, or NULL
     payload      canonical JSON text (sorted keys, no spaces)
@@ -16,6 +17,15 @@ Every record is one row of the ``audit`` table::
 Triggers forbid UPDATE and DELETE on ``audit``; ``verify()`` recomputes the whole chain and
 raises ``AuditChainBroken`` naming the first record that does not match, so a changed byte,
 a deleted row or a re-ordered row is found even when someone dropped the triggers.
+
+After every committed write transaction the head (record count, newest hash) and a digest of
+the ``actions``/``kv`` tables are written *outside* the database as an anchor
+(``recovery_logs.anchors``: an append-only file, syslog, VictoriaLogs; HMAC-signed with a key
+file when one is configured). ``verify_db`` checks the database read-only against them, so
+deleted newest records, a rollback to an older copy, a lost WAL, a forged appended record, a
+re-hashed chain (with the key or an external anchor) and edits to ``actions``/``kv`` are found.
+Opening a state dir whose ``audit.db`` is empty, missing while anchors exist, behind its anchors,
+or without its triggers is an error, never a fresh start. See ``docs/AUDIT.md``.
 
 The same database file holds the remediation state (``actions`` queue, ``kv`` for the
 breaker), so that an intent record and the state change that goes with it commit in one
@@ -31,18 +41,27 @@ import json
 import os
 import sqlite3
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import polars as pl
 
+from recovery_logs.anchors import (
+    GENESIS,
+    Anchorer,
+    VerifyReport,
+    anchor_path,
+    check_anchors,
+    head_of,
+    missing_triggers,
+    read_anchor_file,
+)
 from recovery_logs.errors import AuditChainBroken, AuditError
 from recovery_logs.frames import AUDIT_FRAME_SCHEMA, rows_frame
 from recovery_logs.timeutil import ns_to_iso
 
-GENESIS = "0" * 64
 DB_NAME = "audit.db"
 
 _SCHEMA = """
@@ -123,20 +142,62 @@ def _row(r: tuple) -> AuditRecord:
 class AuditLog:
     """The audit trail of one state dir. ``clock`` returns seconds since the epoch."""
 
-    def __init__(self, path: Path, clock: Callable[[], float] | None = None) -> None:
+    def __init__(self, path: Path, clock: Callable[[], float] | None = None,
+                 anchorer: Anchorer | None = None) -> None:
         self.path = Path(path)
         self.clock = clock or time.time
+        self._depth = 0
+        prior = read_anchor_file(anchor_path(self.path.parent))
+        existed = self.path.exists()
+        if existed and self.path.is_file() and self.path.stat().st_size == 0:
+            raise AuditError("audit: the audit database is empty (0 bytes) in an existing state dir; its records "
+                             "were lost. Restore it from a backup or move the state dir away to start afresh",
+                             path=str(self.path))
+        if not existed and prior and max(a.count for a in prior) > 0:
+            raise AuditError(f"audit: the audit database is missing, but its anchors record "
+                             f"{max(a.count for a in prior)} records; restore it or move the state dir away",
+                             path=str(self.path))
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             self.conn = sqlite3.connect(str(self.path), timeout=30, isolation_level=None,
                                         check_same_thread=False)
             self.conn.execute("PRAGMA journal_mode=WAL")
             self.conn.execute("PRAGMA synchronous=FULL")
+            fresh = self.conn.execute("SELECT COUNT(*) FROM sqlite_master WHERE name = 'audit'").fetchone()[0] == 0
+            if not fresh and missing_triggers(self.conn):
+                raise AuditError(f"audit: the append-only triggers were dropped ({', '.join(missing_triggers(self.conn))})"
+                                 "; records may have been changed. Run `recovery-logs audit verify`",
+                                 path=str(self.path))
             self.conn.executescript(_SCHEMA)
         except (OSError, sqlite3.Error) as exc:
             raise AuditError("audit: cannot open the audit database", path=str(self.path),
                              error=str(exc)) from exc
-        self._depth = 0
+        self.anchorer = anchorer if anchorer is not None else Anchorer.from_env(self.path.parent, self.path)
+        self._adopt(prior)
+
+    def _adopt(self, prior: list[Any]) -> None:
+        """Compare the database with its newest anchor before writing anything: behind it or
+        rewritten is an error; records beyond it (a crash between commit and anchor) are recorded
+        as an ``anchor_gap`` and anchored."""
+        count, _ = head_of(self.conn)
+        if prior:
+            last = max(prior, key=lambda a: a.count)
+            if last.count > count:
+                raise AuditError(f"audit: the database has {count} records but the anchor at {last.where} recorded "
+                                 f"{last.count}: records were deleted, the WAL was lost or an older copy was "
+                                 "restored. Run `recovery-logs audit verify`", path=str(self.path))
+            row = self.conn.execute("SELECT hash FROM audit WHERE id = ?", (last.count,)).fetchone()
+            if last.count and (row is None or row[0] != last.head):
+                raise AuditError(f"audit: record {last.count} does not match the anchor at {last.where}: the chain "
+                                 "was rewritten. Run `recovery-logs audit verify`", path=str(self.path))
+            self.anchorer.last = (prior[-1].count, prior[-1].state)
+            if count > last.count:
+                self.append("anchor_gap", {"from": last.count + 1, "to": count,
+                                           "note": "records committed but not anchored (a crash between commit and "
+                                                   "anchor, or appended outside recovery-logs); anchored at restart"})
+        elif count:
+            self.append("anchor_gap", {"from": 1, "to": count, "note": "first anchor of an existing audit trail"})
+
 
     @classmethod
     def open(cls, state_dir: Path, clock: Callable[[], float] | None = None) -> AuditLog:
@@ -144,6 +205,7 @@ class AuditLog:
 
     def close(self) -> None:
         self.conn.close()
+        self.anchorer.close()
 
     # ------------------------------------------------------------------ transactions
     @contextlib.contextmanager
@@ -170,9 +232,13 @@ class AuditLog:
             raise
         self._depth = 0
         try:
+            pending = self.anchorer.prepare(self.conn, int(self.clock() * 1e9))
             self.conn.execute("COMMIT")
         except sqlite3.Error as exc:
+            with contextlib.suppress(sqlite3.Error):
+                self.conn.execute("ROLLBACK")
             raise AuditError("audit: commit failed", path=str(self.path), error=str(exc)) from exc
+        self.anchorer.write(pending)
 
     # ------------------------------------------------------------------ writing
     def append(self, kind: str, payload: dict[str, Any], *, incident_id: str | None = None,
@@ -193,8 +259,26 @@ class AuditLog:
 
     # ------------------------------------------------------------------ state (kv)
     def get_state(self, key: str, default: Any = None) -> Any:
+        """A kv value; AuditError naming the key and the database when it is not JSON of the
+        default's type (a damaged or hand-edited state is never read as "not set")."""
         row = self.conn.execute("SELECT value FROM kv WHERE key = ?", (key,)).fetchone()
-        return json.loads(row[0]) if row else default
+        if not row:
+            return default
+        try:
+            val = json.loads(row[0])
+        except (TypeError, ValueError) as exc:
+            raise AuditError(f"audit: state {key!r} is not JSON ({str(row[0])[:40]!r}); run `recovery-logs audit "
+                             "verify`", path=str(self.path), key=key) from exc
+        if default is not None and not isinstance(val, type(default)) and not (
+                isinstance(default, (int, float)) and isinstance(val, (int, float)) and not isinstance(val, bool)):
+            raise AuditError(f"audit: state {key!r} has the wrong type ({type(val).__name__}); run `recovery-logs "
+                             "audit verify`", path=str(self.path), key=key)
+        return val
+
+    def raw_state(self, key: str) -> str | None:
+        """The stored text of a kv value, unparsed (to record a corrupt value before resetting it)."""
+        row = self.conn.execute("SELECT value FROM kv WHERE key = ?", (key,)).fetchone()
+        return None if row is None else str(row[0])[:200]
 
     def set_state(self, key: str, value: Any) -> None:
         with self.transaction() as c:
@@ -241,31 +325,9 @@ class AuditLog:
         return out
 
     def verify(self) -> int:
-        """Recompute the chain. Returns the number of records; raises AuditChainBroken at the first bad one."""
-        prev = GENESIS
-        expect_id = 1
-        n = 0
-        cur = self.conn.execute(
-            "SELECT id, ts_ns, kind, incident_id, action_id, payload, prev_hash, hash FROM audit ORDER BY id")
-        for rec_id, ts_ns, kind, inc, act, payload, prev_hash, h in cur:
-            where = {"path": str(self.path), "kind": kind}
-            if rec_id != expect_id:
-                raise AuditChainBroken(f"audit record {expect_id} is missing (next record is {rec_id})",
-                                       record_id=expect_id, **where)
-            if prev_hash != prev:
-                raise AuditChainBroken(f"audit record {rec_id} does not link to record {rec_id - 1}",
-                                       record_id=rec_id, **where)
-            if not isinstance(payload, str) or record_hash(rec_id, ts_ns, kind, inc, act, payload, prev_hash) != h:
-                raise AuditChainBroken(f"audit record {rec_id} was changed (hash mismatch)", record_id=rec_id, **where)
-            try:
-                json.loads(payload)
-            except ValueError as exc:
-                raise AuditChainBroken(f"audit record {rec_id} payload is not JSON", record_id=rec_id,
-                                       **where) from exc
-            prev = h
-            expect_id += 1
-            n += 1
-        return n
+        """Recompute the chain through this (writing) connection. Returns the number of records;
+        raises AuditChainBroken at the first bad one. ``verify_db`` is the full, read-only check."""
+        return check_chain(self.conn, str(self.path))
 
     # ------------------------------------------------------------------ export
     def export(self, out: Path, fmt: str = "jsonl") -> int:
@@ -290,6 +352,80 @@ class AuditLog:
             raise AuditError(f"audit export: unknown format {fmt!r} (use jsonl or parquet)", format=fmt)
         return len(recs)
 
+
+
+def check_chain(conn: sqlite3.Connection, path: str) -> int:
+    """Recompute the hash chain; the number of records, or AuditChainBroken at the first bad one."""
+    if conn.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'audit'").fetchone() is None:
+        raise AuditChainBroken("audit database has no audit table", path=path)
+    prev, expect_id = GENESIS, 1
+    cur = conn.execute("SELECT id, ts_ns, kind, incident_id, action_id, payload, prev_hash, hash FROM audit ORDER BY id")
+    for rec_id, ts_ns, kind, inc, act, payload, prev_hash, h in cur:
+        where = {"path": path, "kind": kind}
+        if rec_id != expect_id:
+            raise AuditChainBroken(f"audit record {expect_id} is missing (next record is {rec_id})",
+                                   record_id=expect_id, **where)
+        if prev_hash != prev:
+            raise AuditChainBroken(f"audit record {rec_id} does not link to record {rec_id - 1}", record_id=rec_id,
+                                   **where)
+        if not isinstance(payload, str) or record_hash(rec_id, ts_ns, kind, inc, act, payload, prev_hash) != h:
+            raise AuditChainBroken(f"audit record {rec_id} was changed (hash mismatch)", record_id=rec_id, **where)
+        try:
+            json.loads(payload)
+        except ValueError as exc:
+            raise AuditChainBroken(f"audit record {rec_id} payload is not JSON", record_id=rec_id, **where) from exc
+        prev = h
+        expect_id += 1
+    return expect_id - 1
+
+
+def open_readonly(db: Path) -> sqlite3.Connection:
+    """The audit DB, read-only (``mode=ro``): nothing is created, migrated, repaired or checkpointed."""
+    if not db.exists():
+        raise AuditError("audit: no audit database in the state dir", path=str(db))
+    if not db.is_file():
+        raise AuditChainBroken("audit database is not a file", path=str(db))
+    if db.stat().st_size == 0:
+        raise AuditChainBroken("audit database is empty (0 bytes): its records were lost or it was truncated",
+                               path=str(db))
+    try:
+        conn = sqlite3.connect(f"{db.resolve().as_uri()}?mode=ro", uri=True, timeout=30, isolation_level=None)
+        conn.execute("PRAGMA query_only=1")
+        conn.execute("SELECT COUNT(*) FROM sqlite_master").fetchone()
+    except sqlite3.Error as exc:
+        raise AuditChainBroken(f"audit database is not a readable SQLite database: {exc}", path=str(db)) from exc
+    return conn
+
+
+def verify_db(db: Path, key: bytes | None = None, anchor_file: Path | None = None,
+              extra_anchors: Sequence[Any] = ()) -> VerifyReport:
+    """Read-only verification of ``db``: triggers, chain, every anchor (the file next to the
+    database unless ``anchor_file``, plus ``extra_anchors`` read elsewhere, e.g. VictoriaLogs),
+    and the actions/kv digest of the newest anchor. AuditChainBroken names what disagrees."""
+    db = Path(db)
+    conn = open_readonly(db)
+    try:
+        try:
+            found = read_anchor_file(anchor_file or anchor_path(db.parent))
+            no_table = conn.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'audit'"
+                                    ).fetchone() is None
+            if no_table and (found or extra_anchors):   # lost whole (e.g. the WAL held everything): say so
+                check_anchors(conn, [*found, *extra_anchors], key, str(db), 0)
+            gone = missing_triggers(conn)
+            count = check_chain(conn, str(db))
+            if gone:
+                raise AuditChainBroken(f"audit triggers dropped: {', '.join(gone)} (records could be changed in "
+                                       "place)", path=str(db))
+            notes = check_anchors(conn, found, key, str(db), count)
+            if extra_anchors:
+                check_anchors(conn, list(extra_anchors), key, str(db), count)
+        except sqlite3.Error as exc:
+            raise AuditChainBroken(f"audit database cannot be read: {exc}", path=str(db)) from exc
+        if found and key is None and any(a.sig for a in found):
+            notes.append("anchors are signed but no key was given: signatures not checked")
+        return VerifyReport(count, len(found) + len(extra_anchors), key is not None, notes)
+    finally:
+        conn.close()
 
 
 def audit_rows(records: list[AuditRecord]) -> list[dict[str, str]]:
@@ -341,5 +477,5 @@ def load_audit(state: str | Path | Any, kind: str | None = None) -> pl.DataFrame
     return rows_frame(rows, AUDIT_FRAME_SCHEMA)
 
 
-__all__ = ["AuditLog", "AuditRecord", "DB_NAME", "GENESIS", "audit_rows", "canonical_json", "default_state_dir",
-           "load_audit", "record_hash"]
+__all__ = ["AuditLog", "AuditRecord", "DB_NAME", "GENESIS", "audit_rows", "canonical_json", "check_chain",
+           "default_state_dir", "load_audit", "open_readonly", "record_hash", "verify_db"]

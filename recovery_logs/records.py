@@ -88,6 +88,8 @@ class Incident:
     suggested_action: str = "investigate"   # EngineAction of the root-cause finding (input to plan)
     scope: str = ""          # job id, or "host:<name>" when no job is known
     root_rule: str | None = None   # rule id of the root-cause finding (what grading and backtest count per)
+    authority: str = "node"  # who vouches for the culprit's fault line: node | job | claim (recovery_logs.trust)
+    confirmed: bool = True   # the culprit has its own fault line from a source with authority over it
 
     def to_dict(self) -> dict[str, Any]:
         return {

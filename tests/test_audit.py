@@ -14,7 +14,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from recovery_logs.audit import DB_NAME, AuditLog
+from recovery_logs.audit import DB_NAME, AuditLog, verify_db
 from recovery_logs.errors import AuditChainBroken
 
 
@@ -73,7 +73,7 @@ def test_deleted_record_is_named(tmp_path: Path):
     _fill(tmp_path).close()
     _tamper(tmp_path / DB_NAME, "DELETE FROM audit WHERE id = 3")
     with pytest.raises(AuditChainBroken) as ei:
-        AuditLog.open(tmp_path).verify()
+        verify_db(tmp_path / DB_NAME)
     assert ei.value.record_id == 3 and "missing" in str(ei.value)
 
 
@@ -88,7 +88,7 @@ def test_rechained_forgery_breaks_at_the_next_link(tmp_path: Path):
     log.close()
     _tamper(tmp_path / DB_NAME, "UPDATE audit SET payload = ?, hash = ? WHERE id = 2", (forged, h))
     with pytest.raises(AuditChainBroken) as ei:
-        AuditLog.open(tmp_path).verify()
+        verify_db(tmp_path / DB_NAME)
     assert ei.value.record_id == 3
 
 
@@ -117,7 +117,7 @@ def test_any_changed_byte_breaks_the_chain(tmp_path_factory, data):
             new = old + "x"
     _tamper(state / DB_NAME, f"UPDATE audit SET {col} = ? WHERE id = ?", (new, rid))
     with pytest.raises(AuditChainBroken) as ei:
-        AuditLog.open(state).verify()
+        verify_db(state / DB_NAME)
     assert ei.value.record_id in (rid, rid + 1)
 
 

@@ -31,14 +31,37 @@ def register(app: typer.Typer) -> None:
     app.add_typer(audit_app, name="audit")
 
     @audit_app.command("verify")
-    def verify(state_dir: Annotated[Path | None, typer.Option("--state-dir", help=STATE_DIR_HELP)] = None) -> None:
-        """Recompute the hash chain; exit 3 naming the first changed or missing record."""
-        log = _open(state_dir)
-        try:
-            n = log.verify()
-        finally:
-            log.close()
-        typer.echo(f"audit chain OK: {n} records ({log.path})")
+    def verify(state_dir: Annotated[Path | None, typer.Option("--state-dir", help=STATE_DIR_HELP)] = None,
+               key_file: Annotated[Path | None, typer.Option("--key-file", help="HMAC key of the anchors (default: "
+                                                               "$RECOVERY_LOGS_AUDIT_KEY_FILE)")] = None,
+               anchors: Annotated[Path | None, typer.Option("--anchors", help="anchor file (default: "
+                                                            "$RECOVERY_LOGS_AUDIT_ANCHORS or <state-dir>/audit.anchors)")] = None,
+               anchors_from: Annotated[str | None, typer.Option("--anchors-from",
+                                                                help="victorialogs://HOST:PORT: also check the anchors "
+                                                                     "stored there")] = None) -> None:
+        """Check the audit trail read-only: triggers, hash chain, anchors outside the DB, actions/kv
+        digest; exit 3 naming the first record or anchor that disagrees."""
+        import os
+
+        from recovery_logs.anchors import ENV_KEY, anchor_path, load_key, vl_anchors
+        from recovery_logs.audit import DB_NAME, verify_db
+
+        sd = _state_dir(state_dir)
+        key = load_key(key_file or os.environ.get(ENV_KEY))
+        extra = []
+        if anchors_from:
+            from recovery_logs.sources.victorialogs import VictoriaLogsClient, parse_url
+
+            client = VictoriaLogsClient(parse_url(anchors_from))
+            try:
+                extra = vl_anchors(client)
+            finally:
+                client.close()
+        rep = verify_db(sd / DB_NAME, key=key, anchor_file=anchors or anchor_path(sd), extra_anchors=extra)
+        signed = "signed, key checked" if rep.signed else "signatures not checked"
+        typer.echo(f"audit chain OK: {rep.records} records, {rep.anchors} anchors ({signed}) ({sd / DB_NAME})")
+        for note in rep.notes:
+            typer.echo(f"note: {note}")
 
     @audit_app.command("export")
     def export(fmt: Annotated[str, typer.Option("--format", help="jsonl or parquet")] = "jsonl",

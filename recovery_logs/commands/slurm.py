@@ -23,10 +23,13 @@ def register(app: typer.Typer) -> None:
 
         rem = Remediator.open_existing(_state_dir(state_dir), mode="monitor")
         try:
-            was = rem.breaker()
             rem.breaker_reset(by=getpass.getuser())
+            was = rem.audit.records("breaker", newest_first=True, limit=1)[0].payload.get("was") or {}
         finally:
             rem.close()
+        if "corrupt" in was:
+            typer.echo(f"breaker reset (its stored state was corrupt: {was['corrupt']!r}; recorded in the audit)")
+            return
         typer.echo("breaker reset" + (f" (was tripped: {was.get('reason')})" if was.get("tripped") else
                                       " (it was not tripped)"))
 

@@ -120,14 +120,23 @@ def register(app: typer.Typer) -> None:
             since_s=_seconds("--since", since) if since else None,
             rules_dir=rules_dir, export_incidents=export_incidents, prefilter=not no_prefilter,
             tail_offset=tail_offset, config=EngineConfig(lateness_s=lateness_s, rules_dir=rules_dir),
-            read=ReadOptions(line_formats=line_formats) if line_formats else None)
+            read=ReadOptions(line_formats=line_formats) if line_formats else None, lock=False)
         handler = logging.StreamHandler(sys.stderr)
         handler.setFormatter(logging.Formatter("watch: %(message)s"))
         wlog = logging.getLogger("recovery_logs.watch")
         wlog.addHandler(handler)
         wlog.setLevel(logging.INFO if verbose else logging.WARNING)
         metrics = None
-        rem = _remediator(slurm, mode, state_dir, policy)
+        from recovery_logs.statelock import StateLock
+
+        # one watcher per state dir, before anything (the remediator's audit records) is written
+        lock = StateLock(state_dir, "watch").acquire() if state_dir is not None else None
+        try:
+            rem = _remediator(slurm, mode, state_dir, policy)
+        except BaseException:
+            if lock is not None:
+                lock.release()
+            raise
         try:
             if metrics_port is not None:
                 from recovery_logs.pipeline.metrics import WatchMetrics
@@ -140,7 +149,8 @@ def register(app: typer.Typer) -> None:
                 sys.stdout.flush()
 
             watcher = Watcher(opts, emit=emit_json if as_json else None,
-                              on_incidents=rem.handle if rem is not None else None, metrics=metrics)
+                              on_incidents=rem.handle if rem is not None else None,
+                              on_tick=rem.process_queue if rem is not None else None, metrics=metrics)
             watcher.open()
             if as_json:
                 watcher.run()
@@ -155,3 +165,5 @@ def register(app: typer.Typer) -> None:
                 metrics.close()
             if rem is not None and hasattr(rem, "close"):
                 rem.close()
+            if lock is not None:
+                lock.release()

@@ -33,11 +33,20 @@ class DetectContext:
     ``watermark_ns``: event-time clock (ns since epoch, UTC); nothing later may influence output.
     ``job_states``: Slurm job id -> state (``"RUNNING"``, ``"COMPLETED"`` …) when known.
     ``config``: the engine config (``EngineConfig``) or None.
+    ``closed_ns``: event time up to which every source has delivered (a live reader behind in one
+    file); a window ending after it may still get events and must not be scored. None: the
+    watermark (replay, where everything was read before detection).
     """
 
     watermark_ns: int
     job_states: dict[str, str] | None = None
     config: object | None = None
+    closed_ns: int | None = None
+
+    @property
+    def scored_until(self) -> int:
+        """Windows ending at or before this are complete."""
+        return self.watermark_ns if self.closed_ns is None else min(self.watermark_ns, self.closed_ns)
 
 
 @runtime_checkable

@@ -259,7 +259,7 @@ class AnomalyDetector:
 
     def detect(self, findings: pl.DataFrame, windows: pl.DataFrame, ctx: DetectContext) -> pl.DataFrame:
         wn = window_ns(self.window)
-        scored = self.score_windows(findings, windows, ctx.watermark_ns)
+        scored = self.score_windows(findings, windows, ctx.scored_until)   # closed windows only
         if scored.is_empty():
             return empty_findings()
         hit = scored.filter(pl.col("flagged"))

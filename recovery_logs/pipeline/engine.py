@@ -81,6 +81,8 @@ class Engine:
         self._addr_first: dict[str, int] = {}
         self.max_time_ns: int | None = None
         self.watermark_ns: int | None = None
+        self.closed_ns: int | None = None     # every source delivered up to here (None: the watermark)
+        self.floods: dict[tuple[Any, ...], list[int]] = {}   # compacted flood rows: key -> [n, first, last]
         self.stats: Counter[str] = Counter()
         self._sticky = empty_findings()
         self._det_cache: tuple[tuple[Any, ...], pl.DataFrame] | None = None
@@ -115,9 +117,13 @@ class Engine:
             self.compact(self.max_time_ns - int(cfg.progress_retention_s * 1e9))
         return found
 
-    def advance(self, watermark_ns: int) -> None:
-        """Move the event-time clock (never backwards)."""
+    def advance(self, watermark_ns: int, closed_ns: int | None = None) -> None:
+        """Move the event-time clock (never backwards). ``closed_ns``: while a live reader is still
+        behind in a source, the event time up to which every source has delivered; detectors then
+        see the clock there (no window is scored, no silence measured, past what was read), so a
+        live run catching up decides as a replay does. None: nothing is behind."""
         self.watermark_ns = watermark_ns if self.watermark_ns is None else max(self.watermark_ns, watermark_ns)
+        self.closed_ns = closed_ns
 
     def _learn_addresses(self, events: pl.DataFrame) -> None:
         for h, ip, t in nccl_addresses(events):
@@ -145,11 +151,14 @@ class Engine:
             self.watermark_ns if self.watermark_ns is not None else self.max_time_ns)
         if wm is None or not self.detectors:
             return self._sticky
-        key = (wm, self.stats["findings"], self.stats["compacted"], self._sticky.height,
+        closed = None if self.closed_ns is None or watermark_ns is not None else min(wm, self.closed_ns)
+        if closed is not None:
+            wm = closed
+        key = (wm, closed, self.stats["findings"], self.stats["compacted"], self._sticky.height,
                tuple(sorted((self.job_states or {}).items())))
         if self._det_cache is not None and self._det_cache[0] == key:   # incidents() and reports share it
             return self._det_cache[1]
-        ctx = DetectContext(watermark_ns=wm, job_states=self.job_states, config=self.config)
+        ctx = DetectContext(watermark_ns=wm, job_states=self.job_states, config=self.config, closed_ns=closed)
         base = self.findings
         outs = [d.detect(base, self.windows, ctx) for d in self.detectors]
         outs = [o for o in (self._sticky, *outs) if o.height]
@@ -179,6 +188,61 @@ class Engine:
         self.stats["compacted"] += dropped
         return dropped
 
+    def compact_floods(self, before_ns: int, drop_before_ns: int | None = None) -> int:
+        """Bound memory under a flood of findings: of the fault findings older than ``before_ns``,
+        keep per (host, job, rule, half incident-gap bucket) the first and the last, and count the
+        rest in ``floods`` (incidents add them back to their counts). Grouping, ids, first/last
+        seen, evidence and ``detected_at`` are unchanged: no two kept rows of a flood are further
+        apart than the incident gap. ``drop_before_ns``: also drop findings older than that whole
+        (an incident that old is reported and closed). Returns the rows dropped."""
+        if self.max_time_ns is not None:   # (while a source is behind, only what it delivered is decided)
+            self._sticky = self.detector_findings(
+                None if self.closed_ns is not None else max(self.max_time_ns, self.watermark_ns or 0))
+        f = self.findings
+        if f.height == 0:
+            return 0
+        t = pl.col("time").dt.epoch("ns")
+        bucket = max(1, int(self.config.incident_gap_s * 1e9 / 2))
+        old = (t < before_ns) & (pl.col("category") != "progress")
+        keys = ["host", "job_id", "rule_id", "_b"]
+        g = f.with_columns((t // bucket).alias("_b"), old.alias("_old"))
+        g = g.with_columns(pl.int_range(pl.len()).over([*keys, "_old"]).alias("_r"),
+                           pl.len().over([*keys, "_old"]).alias("_n"))
+        drop = pl.col("_old") & (pl.col("_r") > 0) & (pl.col("_r") < pl.col("_n") - 1)
+        if drop_before_ns is not None:
+            drop = drop | (t < drop_before_ns)
+        gone = g.filter(drop & (t >= (drop_before_ns if drop_before_ns is not None else -(2**62))))
+        if gone.height:
+            for host, job, rule, b, n, t0, t1 in gone.group_by(keys).agg(
+                    pl.len(), t.min().alias("t0"), t.max().alias("t1")).iter_rows():
+                cur = self.floods.get((host, job, rule, b))
+                self.floods[(host, job, rule, b)] = [n, t0, t1] if cur is None else [cur[0] + n, min(cur[1], t0),
+                                                                                    max(cur[2], t1)]
+        if drop_before_ns is not None:
+            self.floods = {k: v for k, v in self.floods.items() if v[2] >= drop_before_ns}
+            self.windows = self.windows.filter(pl.col("window_start").dt.epoch("ns") >= drop_before_ns)
+        keep = g.filter(~drop).drop("_b", "_old", "_r", "_n")
+        dropped = f.height - keep.height
+        if dropped:
+            self._chunks = [keep]
+            self._findings_cache = keep
+            self._progress_rows = keep.filter(pl.col("category") == "progress").height
+            self.stats["compacted"] += dropped
+            self.stats["flood_compacted"] += dropped
+        return dropped
+
+    def _add_floods(self, inc: Incident) -> Incident:
+        """Counts of compacted flood rows back into the incident they belong to."""
+        extra: dict[str, int] = {}
+        for (host, job, rule, _b), (n, t0, t1) in self.floods.items():
+            if rule in inc.counts_by_rule and (host is None or host in inc.nodes) \
+                    and (job is None or job == inc.job_id) and inc.first_seen <= t0 and t1 <= inc.last_seen:
+                extra[rule] = extra.get(rule, 0) + n
+        if not extra:
+            return inc
+        counts = {k: v + extra.get(k, 0) for k, v in inc.counts_by_rule.items()}
+        return replace(inc, count=inc.count + sum(extra.values()), counts_by_rule=counts)
+
     def all_findings(self) -> pl.DataFrame:
         det = self.detector_findings()
         f = self.findings
@@ -189,6 +253,8 @@ class Engine:
     def incidents(self, decision: str = RECORD_ONLY) -> list[Incident]:
         """Ranked incidents (most important first) with their proposed actions."""
         incs = self.attributor.incidents(self.all_findings(), self.spans, self.addr_hosts)
+        if self.floods:
+            incs = [self._add_floods(i) for i in incs]
 
         return [replace(i, actions=plan(i, self.config, decision)) for i in incs]
 

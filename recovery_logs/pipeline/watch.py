@@ -3,8 +3,25 @@
 One :meth:`Watcher.step` is: poll the sources (VictoriaLogs tail + catch-up, files ``tail -F``),
 turn rows into events with the same readers replay uses, feed the same :class:`Engine`,
 advance the event-time watermark to ``now - lateness``, rank incidents, report the ones that are
-new or changed, then persist the cursor. Commit order: output (and remediation) first, then the
-cursor — a crash in between re-reports at most one step, it never loses one.
+new or changed, then persist the cursor. Commit order (write-ahead): remediation first (the audit
+trail is idempotent: a re-detected incident never acts twice), then the cursor — file offsets of
+everything fed, the VictoriaLogs resume point and the versions about to be printed — written
+ahead with fsync and an atomic rename, then the output. A crash before the cursor is written
+re-reads and re-reports that step once, as nothing of it was printed; a crash after it never
+prints anything twice (a print cut short by the crash is in the audit trail's detection
+records). File offsets point at the first line the parser still holds (a multi-line record in
+progress, the format-detection head), with that line's number, so a restart resumes exactly
+there, numbering lines as an uninterrupted run would.
+
+Inputs that cannot be read (a missing path, a glob matching nothing, an unreadable file, a
+directory, a truncated ``.gz``) are reported once each (``watch:`` on stderr, ``problems`` in
+the summary) while every other source keeps being read; a FIFO is read without blocking.
+With ``--state-dir`` the watcher holds ``watch.lock`` there (``recovery_logs.statelock``): a
+second watcher on the same state dir stops at once, naming the holder.
+
+Scoring like replay: each step the engine learns how far every file source has delivered
+(``closed_ns``: the newest event time, held back to that of any file still being read in
+bounded steps), so the anomaly model scores only windows that are complete, as replay does.
 
 Restart: the cursor in ``--state-dir`` holds the VictoriaLogs resume point (``complete_ns``:
 everything up to it was read by a finished catch-up query), file offsets (only of fully parsed
@@ -16,7 +33,12 @@ gained evidence or changed status.
 
 Long runs: the engine keeps every finding, so with a VictoriaLogs source it is rebuilt every
 ``rotate_s`` from the server's history of the context window (the server is the store); memory
-then stays bounded by the context, and reported incidents keep their ids (see restart).
+then stays bounded by the context, and reported incidents keep their ids (see restart). With
+file sources, once more than ``max_findings`` are held the engine compacts floods in place
+(``Engine.compact_floods``: older than the context, per host/job/rule and half incident gap only
+the first and last finding are kept and the rest counted) and drops what is older than
+``max_context_s``: memory is bounded by the number of distinct (host, job, rule) keys, not by
+the number of lines, and incidents keep their ids and counts.
 
 Late events: an event older than the watermark when it arrives is counted (``late``) and still
 fed; attribution is a function of all accumulated findings, so it is still attributed.
@@ -26,6 +48,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import threading
 import time
 from collections import Counter
@@ -50,6 +73,7 @@ from recovery_logs.sources.read_text import TextParser
 from recovery_logs.sources.rowkeys import record_key
 from recovery_logs.sources.tail import VLFollower
 from recovery_logs.sources.victorialogs import VictoriaLogsClient, parse_url
+from recovery_logs.statelock import StateLock
 from recovery_logs.timeutil import NS, ns_to_iso
 
 if TYPE_CHECKING:
@@ -57,8 +81,36 @@ if TYPE_CHECKING:
 
 __all__ = ["WatchOptions", "Watcher", "compose_query", "incident_rows", "parse_sources"]
 
+
+class _Track:
+    """Where the lines handed to one file's parser lie in the file (recent chunks only), so the
+    line a parser still holds maps back to a byte offset."""
+
+    def __init__(self, first_line: int, start: int) -> None:
+        self.chunks: list[tuple[int, int, bytes]] = []     # (first line, byte offset, data)
+        self.end_line, self.end = first_line, start
+
+    def add(self, data: bytes) -> None:
+        self.chunks.append((self.end_line, self.end, data))
+        self.end_line += data.count(b"\n")
+        self.end += len(data)
+
+    def offset_of(self, line: int) -> int:
+        """Byte offset where ``line`` starts; forgets chunks wholly before it."""
+        while self.chunks:
+            first, off, data = self.chunks[0]
+            n = data.count(b"\n")
+            if line < first + n:
+                pos = 0
+                for _ in range(max(0, line - first)):
+                    pos = data.index(b"\n", pos) + 1
+                return off + pos
+            self.chunks.pop(0)
+        return self.end
+
 log = logging.getLogger("recovery_logs.watch")
 EXPORT_UNIT = "recovery-logs"
+REBUILD_MAX_BYTES = 256 << 20     # restart: at most this much of a file before its offset is read again
 
 
 @dataclass(frozen=True)
@@ -90,6 +142,8 @@ class WatchOptions:
     use_tail: bool = True                # False: catch-up queries only (latency ~ catchup_s)
     background_catchup: bool = True      # catch-up queries in a thread: a slow one never delays the tail
     decision: str = "record_only"
+    max_findings: int = 200_000          # file sources: compact floods above this many held findings
+    lock: bool = True                    # hold <state-dir>/watch.lock while running
     extra: dict[str, Any] = field(default_factory=dict)
 
 
@@ -167,8 +221,11 @@ class Watcher:
                  emit: Callable[[str, Incident], None] | None = None,
                  on_incidents: Callable[[list[Incident]], None] | None = None,
                  metrics: WatchMetrics | None = None, clock: Callable[[], int] = time.time_ns,
-                 client: VictoriaLogsClient | None = None) -> None:
+                 client: VictoriaLogsClient | None = None,
+                 on_tick: Callable[[], Any] | None = None) -> None:
         self.options = options
+        self.on_tick = on_tick          # called every step (the remediator retries cleared denials)
+        self.lock = StateLock(options.state_dir, "watch") if options.state_dir is not None and options.lock else None
         cfg = options.config or EngineConfig(lateness_s=options.lateness_s, rules_dir=options.rules_dir)
         self.engine = engine if engine is not None else Engine(cfg)
         self.read = options.read or ReadOptions()
@@ -189,6 +246,10 @@ class Watcher:
         self._parsers: dict[str, Any] = {}
         self._vl_lines = [0]   # rows read so far: `line` of a VictoriaLogs event is its position in the whole read
         self._idle: dict[str, int] = {}
+        self._track: dict[str, _Track] = {}          # per file: where the lines handed to its parser lie
+        self._rebuilt: set[str] = set()              # files whose context was re-read at start
+        self._file_max: dict[str, int] = {}          # per file: newest event time fed
+        self.problems: dict[str, str] = {}           # inputs reported as unreadable (path -> why)
         self._last_counts: Counter[str] = Counter()
         self.incidents: list[Incident] = []
         self.last_error: str | None = None
@@ -198,6 +259,8 @@ class Watcher:
 
     # -- setup -------------------------------------------------------------------------------
     def open(self) -> Watcher:
+        if self.lock is not None and not self.lock.held:
+            self.lock.acquire()
         if self.vl_url is not None:
             pre = self.engine.pack.logsql_prefilter() if self.options.prefilter else None
             self.query = compose_query(self.options.query, pre)
@@ -219,7 +282,45 @@ class Watcher:
                                  use_tail=self.options.use_tail, max_window_s=self.options.catchup_max_s).start()
         if self.file_patterns:
             self.files = FileFollower(self.file_patterns, offsets=dict(self.cursor.files))
+            self._rebuild_files()
         return self
+
+    def _rebuild_files(self) -> None:
+        """Context after a restart, as the VictoriaLogs path has it: the part of each file before
+        its resume offset (at most ``REBUILD_MAX_BYTES``) is fed again, silently, into the parser
+        that then continues live, so incidents keep their ids and counts and nothing is reprinted
+        (the cursor knows the versions already reported)."""
+        assert self.files is not None
+        for path in self.files._expand():
+            saved = self.cursor.files.get(path) or {}
+            off = int(saved.get("offset", 0))
+            if off <= 0 or saved.get("gz"):
+                continue
+            try:
+                st = os.stat(path)
+                if (st.st_dev, st.st_ino) != (saved.get("dev"), saved.get("ino")) or off > st.st_size:
+                    continue
+                lo = max(0, off - REBUILD_MAX_BYTES)
+                with open(path, "rb") as fh:
+                    fh.seek(lo)
+                    data = fh.read(off - lo)
+            except OSError:
+                continue              # the follower reports it
+            if lo:
+                cut = data.find(b"\n") + 1
+                data, lo = data[cut:], lo + cut
+            first = max(1, int(saved.get("line", 1)) - data.count(b"\n"))
+            parser = self._parsers[path] = TextParser(path, self.read, seq_start=self.seq, first_line=first)
+            self._track[path] = _Track(first, lo)
+            self._track[path].add(data)
+            self._rebuilt.add(path)
+            try:
+                batch = parser.feed(data)
+            except RecoveryLogsError as exc:
+                self._error("rebuild", exc)
+                continue
+            self.stats["rebuilt"] += int(batch.stats.get("lines", 0))
+            self._feed(batch, count_late=False, tally=False)
 
     def _context_start(self, resume_ns: int) -> int:
         """``resume - context``, reaching back to the start of every reported incident that
@@ -280,24 +381,61 @@ class Watcher:
     def _file_batches(self, now: int, final: bool = False) -> list[Batch]:
         assert self.files is not None
         out = []
-        for path, data, restarted in self.files.poll():
+        for path, data, restarted, start in self.files.poll_at():
             parser = self._parsers.get(path)
+            if path in self._rebuilt:       # the live read continues where the rebuilt context ends
+                self._rebuilt.discard(path)
+                if restarted and parser is not None and start == self._track[path].end:
+                    restarted = False
             if restarted and parser is not None:
-                out.append(parser.flush())
+                out.append((path, parser.flush()))
                 parser = None
             if parser is None:
-                parser = self._parsers[path] = TextParser(path, self.read, seq_start=self.seq)
+                saved = self.cursor.files.get(path) or {}
+                first = int(saved.get("line", 1)) if start and saved.get("offset") == start else 1
+                parser = self._parsers[path] = TextParser(path, self.read, seq_start=self.seq, first_line=first)
+                self._track[path] = _Track(first, start)
             if data:
-                out.append(parser.feed(data))
+                self._track[path].add(data)
+                out.append((path, parser.feed(data)))
                 self._idle[path] = now
         for path, parser in self._parsers.items():   # idle files: emit held (multi-line) records
             since = self._idle.get(path)
             if since is not None and (final or now - since >= int(self.options.refresh_s * NS)):
-                out.append(parser.flush())
+                out.append((path, parser.flush()))
                 del self._idle[path]
-                if path in self.files.offsets:
-                    self.cursor.files[path] = dict(self.files.offsets[path])
+        for path, why in self.files.take_problems():
+            self.problems[path] = why
+            self.stats["input_problems"] += 1
+            self.last_error = f"{path}: {why}"
+            log.warning("%s: %s", path, why)
         return out
+
+    def _file_offsets(self) -> None:
+        """The cursor's file offsets: the first line each parser still holds, and its number."""
+        assert self.files is not None
+        for path, tr in list(self._track.items()):
+            f = self.files.files.get(path)
+            parser = self._parsers.get(path)
+            if f is None or parser is None:
+                continue
+            if f.kind == "fifo":
+                continue                   # a pipe cannot be re-read: nothing to resume
+            if f.kind == "gz":
+                if f.done and path in self.files.offsets and parser.held_from_line() == tr.end_line:
+                    self.cursor.files[path] = dict(self.files.offsets[path])
+                continue
+            line = parser.held_from_line()
+            self.cursor.files[path] = {"dev": f.dev, "ino": f.ino, "offset": tr.offset_of(line), "line": line}
+
+    def _closed_ns(self) -> int | None:
+        """While a file is still being read in bounded steps: the newest event time fed from the
+        files that are behind (None when every file is read to its end, or with VictoriaLogs)."""
+        if self.files is None or self.vl is not None:
+            return None
+        behind = [self._file_max[p] for p in self.files.more if p in self._file_max]
+        behind += [self._file_max.get(p, 0) for p in self.files.more if p not in self._file_max]
+        return min(behind) if behind else None
 
     # -- one step ----------------------------------------------------------------------------
     def _feed(self, batch: Batch, count_late: bool = True, tally: bool = True) -> int:
@@ -337,22 +475,37 @@ class Watcher:
             self.last_error = self.vl.last_error
         if self.files is not None:
             try:
-                for b in self._file_batches(now, final):
+                for path, b in self._file_batches(now, final):
                     self.stats["file_lines"] += int(b.stats.get("lines", 0))
                     fed += self._feed(b)
+                    if b.events.height:
+                        tmax = b.events.select(pl.col("time").max().dt.epoch("ns")).item()
+                        if tmax is not None:
+                            self._file_max[path] = max(self._file_max.get(path, tmax), tmax)
             except RecoveryLogsError as exc:
                 self._error("files", exc)
+            self._file_offsets()
         if (self.vl is not None and self.options.rotate_s and self.vl.complete_ns is not None
                 and now - self._born >= int(self.options.rotate_s * NS)):
             self._rotate(now)
-        self.engine.advance(now - self.lateness_ns)
+        closed = self._closed_ns()
+        self.engine.advance(now - self.lateness_ns, closed)
+        if self.files is not None and self.vl is None and self.engine.findings.height > self.options.max_findings:
+            upto = min(now - self.lateness_ns, closed if closed is not None else now)
+            self.engine.compact_floods(upto - int(self.options.context_s * NS),
+                                       upto - int(self.options.max_context_s * NS))
+            self.stats["compactions"] += 1
         changed = self._report()
+        if self.on_tick is not None:
+            try:
+                self.on_tick()
+            except RecoveryLogsError as exc:
+                self._error("remediation", exc)
         self._sync_metrics(now)
-        if changed or fed:
-            self.cursor.save()
         return changed
 
     def _report(self) -> list[tuple[str, Incident]]:
+        """Remediation, then the cursor (write-ahead), then the output (see the module docstring)."""
         try:
             self.incidents = self.engine.incidents(self.options.decision)
         except RecoveryLogsError as exc:
@@ -363,25 +516,30 @@ class Watcher:
             old = self.cursor.reported.get(inc.id)
             if _changed(old, inc):
                 changed.append(("new" if old is None else "updated", inc))
-        if not changed:
+        incs = [i for _, i in changed]
+        if incs and self.on_incidents is not None:
+            try:
+                self.on_incidents(incs)
+            except RecoveryLogsError as exc:
+                self._error("remediation", exc)
+        for inc in incs:
+            self.cursor.reported[inc.id] = _version(inc)
+        try:
+            self.cursor.save()
+        except ConfigError as exc:      # nothing is printed that the cursor does not know about
+            self._error("cursor", exc)
+            for inc in incs:
+                self.cursor.reported.pop(inc.id, None)
             return []
         for kind, inc in changed:
             if self.emit is not None:
                 self.emit(kind, inc)
             self.stats[f"incidents_{kind}"] += 1
-        incs = [i for _, i in changed]
-        if self.on_incidents is not None:
-            try:
-                self.on_incidents(incs)
-            except RecoveryLogsError as exc:
-                self._error("remediation", exc)
-        if self.options.export_incidents and self.client is not None:
+        if incs and self.options.export_incidents and self.client is not None:
             try:
                 self.client.insert_jsonline(incident_rows(incs), stream_fields=("host", "unit"))
             except SourceError as exc:
                 self._error("export", exc)
-        for inc in incs:
-            self.cursor.reported[inc.id] = _version(inc)
         return changed
 
     def _sync_metrics(self, now: int) -> None:
@@ -462,6 +620,8 @@ class Watcher:
         if self.files is not None:
             s.update({f"files_{k}": v for k, v in self.files.stats.items()})
         s["incidents"] = len(self.incidents)
+        if self.problems:
+            s["problems"] = dict(self.problems)
         return s
 
     def close(self) -> None:
@@ -473,3 +633,6 @@ class Watcher:
             self.cursor.save()
         except ConfigError as exc:
             log.warning("%s", exc)
+        finally:
+            if self.lock is not None:
+                self.lock.release()

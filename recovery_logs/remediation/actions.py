@@ -7,8 +7,11 @@ module and :mod:`recovery_logs.audit` are the only places that speak SQL.
 Row life cycle (``status``): ``queued`` -> ``running`` (claimed, attempts + 1) -> ``done`` /
 ``noop`` / ``not_owner`` / ``skipped`` / ``failed``, or back to ``queued`` with a backoff; a
 proposal that does not run ends ``record_only``, ``awaiting_approval`` (then ``rejected`` or
-``queued``), ``dry_run`` or ``denied``. ``executed_ts`` is set when the policy let it run: the
-budget, the breaker and cooldowns count those rows.
+``queued``), ``dry_run`` or ``denied`` (a denial that may clear has ``retry_until`` and is
+re-evaluated until then, when it becomes ``expired``). ``executed_ts`` is a reservation while the
+row is ``queued``/``running`` and the time of the verified effect once ``done``; any other end
+clears it. The budget, the breaker and cooldowns count exactly the rows that have it. ``trust``
+(JSON) keeps what the allocation check of a drain needs (``recovery_logs.trust``).
 """
 
 from __future__ import annotations
@@ -27,14 +30,16 @@ CREATE TABLE IF NOT EXISTS actions (
     incident_id TEXT, exclude TEXT NOT NULL DEFAULT '[]', cause TEXT NOT NULL DEFAULT '',
     status TEXT NOT NULL, decision TEXT NOT NULL, reason TEXT NOT NULL DEFAULT '',
     attempts INTEGER NOT NULL DEFAULT 0, next_attempt_ts REAL NOT NULL DEFAULT 0, baseline INTEGER,
-    created_ts REAL NOT NULL, updated_ts REAL NOT NULL, executed_ts REAL, result TEXT
+    created_ts REAL NOT NULL, updated_ts REAL NOT NULL, executed_ts REAL, result TEXT, retry_until REAL,
+    trust TEXT
 );
 CREATE INDEX IF NOT EXISTS actions_status ON actions(status);
 """
 COLUMNS = ("id", "idem_key", "kind", "target", "incident_id", "exclude", "cause", "status", "decision", "reason",
-           "attempts", "next_attempt_ts", "baseline", "created_ts", "updated_ts", "executed_ts", "result")
+           "attempts", "next_attempt_ts", "baseline", "created_ts", "updated_ts", "executed_ts", "result",
+           "retry_until", "trust")
 TERMINAL = frozenset({"done", "noop", "not_owner", "skipped", "failed", "rejected", "denied", "dry_run",
-                      "record_only"})
+                      "record_only", "expired"})
 _UPDATABLE = frozenset(COLUMNS) - {"id", "idem_key", "created_ts"}
 
 
@@ -46,6 +51,10 @@ class ActionStore:
         self.audit = audit
         if create:
             audit.conn.executescript(_ACTIONS)
+            have = {r[1] for r in audit.conn.execute("PRAGMA table_info(actions)")}
+            for col, typ in (("retry_until", "REAL"), ("trust", "TEXT")):   # a state dir written before these
+                if col not in have:
+                    audit.conn.execute(f"ALTER TABLE actions ADD COLUMN {col} {typ}")
 
     @classmethod
     def existing(cls, audit: AuditLog) -> ActionStore | None:
@@ -75,6 +84,10 @@ class ActionStore:
             return self._select("executed_ts IS NOT NULL")
         return self._select("executed_ts IS NOT NULL AND (executed_ts > ? OR incident_id = ?)", (since_ts, incident_id))
 
+    def retryable(self) -> list[dict[str, Any]]:
+        """Denied rows whose denial may still clear (``retry_until`` set)."""
+        return self._select("status = 'denied' AND retry_until IS NOT NULL")
+
     def counts(self) -> dict[str, int]:
         """Number of rows per status."""
         return dict(self.audit.conn.execute("SELECT status, COUNT(*) FROM actions GROUP BY status").fetchall())
@@ -82,12 +95,13 @@ class ActionStore:
     # ------------------------------------------------------------------ writing
     def insert(self, act_id: str, idem_key: str, kind: str, target: str | None, incident_id: str | None,
                exclude: Sequence[str], cause: str, status: str, decision: str, reason: str, now: float,
-               executed_ts: float | None) -> None:
+               executed_ts: float | None, retry_until: float | None = None,
+               trust: dict[str, Any] | None = None) -> None:
         self.audit.conn.execute(
             "INSERT INTO actions(id, idem_key, kind, target, incident_id, exclude, cause, status, decision, reason,"
-            " created_ts, updated_ts, executed_ts) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)",
+            " created_ts, updated_ts, executed_ts, retry_until, trust) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
             (act_id, idem_key, kind, target, incident_id, json.dumps(list(exclude)), cause or "", status, decision,
-             reason, now, now, executed_ts))
+             reason, now, now, executed_ts, retry_until, json.dumps(trust) if trust else None))
 
     def update(self, act_id: str, **cols: Any) -> None:
         """Set columns of one row (names from ``COLUMNS``; the caller passes ``updated_ts``)."""

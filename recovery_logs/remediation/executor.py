@@ -46,9 +46,16 @@ _INCIDENT_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,63}$")
 _RUNNING_STATES = frozenset({"RUNNING", "CONFIGURING", "SUSPENDED", "COMPLETING", "STOPPED", "RESIZING"})
 
 
+# names Slurm reads as something other than one node: `ALL` (every node), hostlist expressions
+# (`gpu-n[01-08]`, `a,b`: excluded by _NODE_RE), and the placeholders it prints for "none"
+_SLURM_KEYWORDS = frozenset({"all", "none", "null", "unknown"})
+
+
 def validate_node(name: object) -> str:
     if not isinstance(name, str) or not _NODE_RE.fullmatch(name) or ".." in name:
         raise UnsafeTargetError(f"executor: {name!r} is not a valid Slurm node name", target=repr(name))
+    if name.lower() in _SLURM_KEYWORDS:
+        raise UnsafeTargetError(f"executor: {name!r} is a Slurm keyword, not one node", target=repr(name))
     return name
 
 
@@ -84,6 +91,7 @@ class Outcome:
     status: str                         # done | noop | not_owner | skipped | failed
     message: str
     observed: dict[str, Any] = field(default_factory=dict)
+    retry: bool = False                 # failed, but trying again may work (the effect was not visible yet)
 
     @property
     def ok(self) -> bool:
@@ -137,7 +145,7 @@ class SlurmExecutor:
         seen = {"state": after.state, "flags": list(after.flags), "reason": after.reason}
         if not ok:
             return Outcome("failed", f"{node}: drain not visible in Slurm (state {after.state}, reason {after.reason!r})",
-                           seen)
+                           seen, retry=True)
         return Outcome("done", f"{node} drained ({after.state}+DRAIN, reason {reason!r})", seen)
 
     def resume(self, node: str) -> Outcome:
@@ -154,7 +162,8 @@ class SlurmExecutor:
         ok, after = self._poll(lambda: (not (n := self.client.show_node(node)).drained and n.state != "down", n))
         seen = {"state": after.state, "flags": list(after.flags), "reason": after.reason}
         if not ok:
-            return Outcome("failed", f"{node}: still {after.state}+{'+'.join(after.flags)} after RESUME", seen)
+            return Outcome("failed", f"{node}: still {after.state}+{'+'.join(after.flags)} after RESUME", seen,
+                           retry=True)
         return Outcome("done", f"{node} resumed ({after.state})", seen)
 
     # ------------------------------------------------------------------ job actions
@@ -226,7 +235,7 @@ class SlurmExecutor:
         ok, seen = self._poll(probe)
         if not ok:
             return Outcome("failed", f"job {job_id}: requeue not visible (state {seen['state']}, restarts "
-                           f"{seen['restarts']}, excluded {seen['exc_nodes']})", seen)
+                           f"{seen['restarts']}, excluded {seen['exc_nodes']})", seen, retry=True)
         what = "kept pending" if pending_only else "requeued"
         return Outcome("done", f"job {job_id} {what} ({seen['state']}, restarts {seen['restarts']}), "
                        f"excluded {','.join(seen['exc_nodes']) or 'none'}", seen)
@@ -241,7 +250,7 @@ class SlurmExecutor:
         self._change(["scancel", job_id], f"scancel {job_id}")   # rc 0 even for unknown ids: observe
         ok, seen = self._poll(lambda: ((s := self._job_seen(self._job(job_id)))["state"] == "CANCELLED", s))
         if not ok:
-            return Outcome("failed", f"job {job_id}: still {seen['state']} after scancel", seen)
+            return Outcome("failed", f"job {job_id}: still {seen['state']} after scancel", seen, retry=True)
         return Outcome("done", f"job {job_id} cancelled", seen)
 
     # ------------------------------------------------------------------ dispatch

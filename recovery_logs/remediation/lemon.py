@@ -90,12 +90,19 @@ class LemonTracker:
         if p.exists():
             try:
                 data = json.loads(p.read_text())
+                if not isinstance(data, dict):
+                    raise ValueError(f"expected a JSON object, found {type(data).__name__}")
                 if data.get("version") != STATE_VERSION:
                     raise ValueError(f"unknown version {data.get('version')!r}")
-                self._records = dict(data["incidents"])
+                recs = data["incidents"]
+                if not isinstance(recs, dict) or not all(isinstance(v, dict) and isinstance(v.get("time"), int)
+                                                         for v in recs.values()):
+                    raise ValueError("incidents must map ids to records with an integer time")
+                self._records = dict(recs)
                 self._now = int(data.get("now", 0))
             except (OSError, ValueError, KeyError, TypeError) as exc:
-                raise InputError("lemon: state file unreadable", path=str(p), reason=str(exc)) from exc
+                raise InputError(f"lemon: state file unreadable ({exc}); remove it to start the lemon scores "
+                                 "afresh", path=str(p), reason=str(exc)) from exc
 
     @property
     def path(self) -> Path:

@@ -19,6 +19,13 @@ Rules, in the order they are checked:
 6. ``dry_run``: an allowed action is recorded as ``dry_run`` and not executed; it never consumes
    budget, never starts a cooldown and never feeds the breaker.
 
+What counts: only *verified effects* (an action Slurm was seen to apply, status ``done``) and
+actions in flight (``queued``/``running``: a reservation, released when they end otherwise) count
+against the budget, the cooldown and the breaker. A denied, failed, skipped or not-owner action
+counts nothing. A denial whose reason can clear (breaker, hourly budget, cooldown, unknown
+cluster size; ``Verdict.retry``) is re-evaluated by the remediator until ``retry_s`` after it was
+first proposed, then expires visibly (an ``expired`` audit record).
+
 Idempotency (re-detection never acts twice) is the remediator's job: an action is keyed by
 ``ActionProposal.idempotency_key`` and a key that exists is never planned again.
 
@@ -28,6 +35,7 @@ Policy file (TOML)::
     dry_run = false
     cooldown_s = 900
     cluster = "default"
+    retry_s = 1800              # a denial that may clear (breaker, budget, cooldown) is retried this long
     [budget]
     per_hour = 10
     per_incident = 3
@@ -66,6 +74,7 @@ class PolicyConfig:
     breaker_max_drain_fraction: float = 0.25
     breaker_window_s: float = 3600.0
     cluster_nodes: int = 0
+    retry_s: float = 1800.0
     # promotion gate: in autonomous mode a rule acts alone only once its graded precision is at least
     # promotion_min_precision over at least promotion_min_incidents proposals (None: no gate)
     promotion_min_precision: float | None = None
@@ -78,6 +87,7 @@ class PolicyConfig:
                   ("budget.per_incident", self.budget_per_incident >= 0),
                   ("breaker.max_drain_fraction", 0 < self.breaker_max_drain_fraction <= 1),
                   ("breaker.window_s", self.breaker_window_s > 0), ("breaker.cluster_nodes", self.cluster_nodes >= 0),
+                  ("retry_s", self.retry_s >= 0),
                   ("promotion.min_precision", self.promotion_min_precision is None
                    or 0 <= self.promotion_min_precision <= 1),
                   ("promotion.min_incidents", self.promotion_min_incidents >= 1))
@@ -87,6 +97,7 @@ class PolicyConfig:
 
     def to_dict(self) -> dict[str, Any]:
         return {"mode": self.mode, "dry_run": self.dry_run, "cooldown_s": self.cooldown_s, "cluster": self.cluster,
+                "retry_s": self.retry_s,
                 "budget": {"per_hour": self.budget_per_hour, "per_incident": self.budget_per_incident},
                 "breaker": {"max_drain_fraction": self.breaker_max_drain_fraction,
                             "window_s": self.breaker_window_s, "cluster_nodes": self.cluster_nodes},
@@ -98,7 +109,8 @@ def policy_from_dict(d: dict[str, Any], **overrides: Any) -> PolicyConfig:
     """Inverse of ``PolicyConfig.to_dict`` (used to reopen a state dir with the policy it recorded)."""
     b, br, pr = d.get("budget", {}), d.get("breaker", {}), d.get("promotion", {})
     kw = {"mode": d.get("mode", "monitor"), "dry_run": d.get("dry_run", False), "cooldown_s": d.get("cooldown_s", 900.0),
-          "cluster": d.get("cluster", "default"), "budget_per_hour": b.get("per_hour", 10),
+          "cluster": d.get("cluster", "default"), "retry_s": d.get("retry_s", 1800.0),
+          "budget_per_hour": b.get("per_hour", 10),
           "budget_per_incident": b.get("per_incident", 3),
           "breaker_max_drain_fraction": br.get("max_drain_fraction", 0.25),
           "breaker_window_s": br.get("window_s", 3600.0), "cluster_nodes": br.get("cluster_nodes", 0),
@@ -108,7 +120,8 @@ def policy_from_dict(d: dict[str, Any], **overrides: Any) -> PolicyConfig:
     return PolicyConfig(**kw)
 
 
-_TOP: dict[str, type | tuple[type, ...]] = {"mode": str, "dry_run": bool, "cooldown_s": (int, float), "cluster": str}
+_TOP: dict[str, type | tuple[type, ...]] = {"mode": str, "dry_run": bool, "cooldown_s": (int, float), "cluster": str,
+                                                  "retry_s": (int, float)}
 _SECTIONS: dict[str, dict[str, type | tuple[type, ...]]] = {"budget": {"per_hour": int, "per_incident": int},
              "breaker": {"max_drain_fraction": (int, float), "window_s": (int, float), "cluster_nodes": int},
              "promotion": {"min_precision": (int, float), "min_incidents": int}}
@@ -119,9 +132,21 @@ def load_policy(path: Path | None, **overrides: Any) -> PolicyConfig:
     data: dict[str, Any] = {}
     if path is not None:
         try:
-            data = tomllib.loads(Path(path).read_text(encoding="utf-8"))
+            raw = Path(path).read_bytes()
         except FileNotFoundError as exc:
             raise PolicyError("policy: file not found", path=str(path)) from exc
+        except IsADirectoryError as exc:
+            raise PolicyError("policy: is a directory, not a TOML file", path=str(path)) from exc
+        except OSError as exc:
+            raise PolicyError(f"policy: cannot read the file: {exc.strerror or exc}", path=str(path)) from exc
+        if raw[:2] in (b"\xff\xfe", b"\xfe\xff") or (len(raw) > 1 and b"\x00" in raw[:64]):
+            raise PolicyError("policy: the file is UTF-16 (or binary); save it as UTF-8 TOML", path=str(path))
+        try:
+            text = raw.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise PolicyError(f"policy: not UTF-8 text (invalid byte at offset {exc.start})", path=str(path)) from exc
+        try:
+            data = tomllib.loads(text.removeprefix("\ufeff"))
         except tomllib.TOMLDecodeError as exc:
             raise PolicyError(f"policy: not valid TOML: {exc}", path=str(path)) from exc
     kw: dict[str, Any] = {}
@@ -208,6 +233,7 @@ class Verdict:
     reason: str
     trip_breaker: bool = False
     state: dict[str, Any] = field(default_factory=dict)
+    retry: bool = False         # a denial whose reason can clear (breaker reset, budget/cooldown passing)
 
     @property
     def runs(self) -> bool:
@@ -227,20 +253,22 @@ def decide(config: PolicyConfig, state: PolicyState, req: ActionRequest, now: fl
     if req.kind == "drain_node":
         if state.breaker_tripped:
             return Verdict("denied", f"circuit breaker is tripped ({state.breaker_reason}); "
-                           "run `recovery-logs slurm breaker-reset`", state=snap)
+                           "run `recovery-logs slurm breaker-reset`", state=snap, retry=True)
         nodes = state.cluster_nodes or config.cluster_nodes
         drained = state.drained_in_window(now, config.breaker_window_s) | {req.target}
         if nodes <= 0:
-            return Verdict("denied", "circuit breaker: cluster size unknown (set breaker.cluster_nodes)", state=snap)
+            return Verdict("denied", "circuit breaker: cluster size unknown (set breaker.cluster_nodes)", state=snap,
+                           retry=True)
         share = len(drained) / nodes
         if share > config.breaker_max_drain_fraction:
             return Verdict("denied", f"circuit breaker tripped: draining {req.target} would make {len(drained)} of "
                            f"{nodes} nodes drained within {config.breaker_window_s:g} s "
-                           f"(> {config.breaker_max_drain_fraction:.0%})", trip_breaker=True, state=snap)
+                           f"(> {config.breaker_max_drain_fraction:.0%})", trip_breaker=True, state=snap,
+                           retry=True)
     used = state.used_last_hour(now)
     if used >= config.budget_per_hour:
         return Verdict("denied", f"action budget spent: {used}/{config.budget_per_hour} in the last hour "
-                       f"(cluster {config.cluster})", state=snap)
+                       f"(cluster {config.cluster})", state=snap, retry=True)
     per_inc = state.used_by_incident(req.incident_id)
     if req.incident_id is not None and per_inc >= config.budget_per_incident:
         return Verdict("denied", f"incident budget spent: {per_inc}/{config.budget_per_incident} actions "
@@ -248,7 +276,7 @@ def decide(config: PolicyConfig, state: PolicyState, req: ActionRequest, now: fl
     last = max((e.ts for e in state.executed if e.target == req.target), default=None)
     if last is not None and now - last < config.cooldown_s and not req.own_drain:
         return Verdict("denied", f"cooldown: {req.target} had an action {now - last:.0f} s ago "
-                       f"(cooldown {config.cooldown_s:g} s)", state=snap)
+                       f"(cooldown {config.cooldown_s:g} s)", state=snap, retry=True)
     if config.dry_run:
         return Verdict("dry_run", "dry-run: allowed by policy, not executed", state=snap)
     why = "approved by an operator" if approved_by_human else "autonomous mode: within budget"

@@ -14,6 +14,19 @@ Commit order for one action (each step its own transaction):
 
 A crash between 2 and 4 leaves an intent without a result; ``reconcile()`` (run at start-up)
 observes Slurm and closes it (``reconcile`` record), or puts the action back in the queue.
+
+What counts against budget, cooldown and breaker: an action in flight (``queued``/``running``,
+``executed_ts`` is its reservation) and a verified effect (``done``, ``executed_ts`` = when it was
+seen applied). Any other end (``failed``, ``noop``, ``skipped``, ``not_owner``) clears
+``executed_ts``: it counts nothing. A ``failed`` action whose effect was simply not visible yet is
+tried again (``MAX_ATTEMPTS``); a denial whose reason can clear is re-evaluated on every
+``process_queue`` until ``retry_until`` and then ``expired`` (audited).
+
+Before an action is queued, its nodes must be nodes of this cluster (``sinfo``; ``ALL`` and
+hostlist expressions are refused earlier by the executor's validation), and a drain whose culprit
+rests only on a job's own output must name a node in that job's allocation
+(``recovery_logs.trust``). Both are refused before anything runs and leave no trace in the
+budget or breaker.
 """
 
 from __future__ import annotations
@@ -21,7 +34,7 @@ from __future__ import annotations
 import hashlib
 import json
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -29,10 +42,10 @@ from typing import Any
 import polars as pl
 
 from recovery_logs.audit import AuditLog
-from recovery_logs.errors import PolicyError, SlurmError, SlurmUnavailable, UnsafeTargetError
+from recovery_logs.errors import AuditError, PolicyError, SlurmError, SlurmUnavailable, UnsafeTargetError
 from recovery_logs.records import ActionProposal, Incident
 from recovery_logs.remediation.actions import TERMINAL, ActionStore
-from recovery_logs.remediation.executor import SlurmExecutor
+from recovery_logs.remediation.executor import SlurmExecutor, validate_job_id
 from recovery_logs.remediation.gate import PromotionGate, gate_verdict
 from recovery_logs.remediation.grading import grades_from_state
 from recovery_logs.remediation.lemon import LemonTracker
@@ -47,7 +60,8 @@ from recovery_logs.remediation.policy import (
     load_policy,
     policy_from_dict,
 )
-from recovery_logs.sources.slurm import CommandRunner, SlurmClient
+from recovery_logs.sources.slurm import CommandRunner, SlurmClient, expand_hostlist
+from recovery_logs.trust import allocation_check
 
 
 def action_id(idem_key: str) -> str:
@@ -77,16 +91,24 @@ class Decision:
 
 
 GRADES_REFRESH_S = 300.0
+MAX_ATTEMPTS = 3                 # a failed action whose effect was not visible is tried this often in all
+MEMBERS_TTL_S = 300.0            # how long the cluster's node list (sinfo) is trusted
+NODE_KINDS = ("drain_node", "resume_node")
 
 
 class Remediator:
     def __init__(self, audit: AuditLog, config: PolicyConfig, executor: SlurmExecutor,
-                 clock: Callable[[], float] = time.time) -> None:
+                 clock: Callable[[], float] = time.time,
+                 allocation: Callable[[str], Iterable[str] | None] | None = None) -> None:
         self.audit = audit
         self.config = config
         self.executor = executor
         self.clock = clock
+        # job id -> the nodes Slurm allocated to it (None: unknown); issue 14's accounting frame may feed it
+        self.allocation = allocation or self._slurm_allocation
         self.store = ActionStore(audit)
+        self._members: set[str] | None = None
+        self._members_at = -1e18
         self.duplicates = 0
         self._nodes_retry_at = 0.0
         self._grades: pl.DataFrame | None = None
@@ -192,7 +214,7 @@ class Remediator:
             if inc.root_rule:
                 self._rule_of[inc.id] = inc.root_rule
             for p in inc.actions:
-                d = self._consider(p, p.incident_id or inc.id, inc.cause)
+                d = self._consider(p, p.incident_id or inc.id, inc.cause, inc=inc)
                 if d is not None:
                     out.append(d)
         self.process_queue()
@@ -224,7 +246,8 @@ class Remediator:
         assert d is not None   # the key carries the clock: never a duplicate
         return self._refresh(d)
 
-    def _consider(self, p: ActionProposal, incident_id: str, cause: str, key: str | None = None) -> Decision | None:
+    def _consider(self, p: ActionProposal, incident_id: str, cause: str, key: str | None = None,
+                  inc: Incident | None = None) -> Decision | None:
         key = key or f"{p.kind}:{p.target}:{incident_id}"
         act = action_id(key)
         existing = self.action(act)
@@ -251,6 +274,8 @@ class Remediator:
             v = decide(self.config, state, ActionRequest(p.kind, p.target or "", incident_id,
                                                            own_drain=p.kind == "resume_node"), now)
             v = self._gate(v, incident_id, now)
+            if v.decision == "approved":
+                v = self._refuse(v, p.kind, p.target or "", p.exclude, inc, act, incident_id)
             if v.trip_breaker:
                 self._trip(v.reason)
             status = {"record_only": "record_only", "proposed": "awaiting_approval", "dry_run": "dry_run",
@@ -258,7 +283,82 @@ class Remediator:
             if v.decision == "dry_run":
                 self.audit.set_state("counter:dry_run", int(self.audit.get_state("counter:dry_run", 0)) + 1)
             return self._decide(existing, act, key, p, incident_id, cause, v.decision, status, v.reason,
-                                v.state, now)
+                                v.state, now, retry=v.retry, trust=self._trust_of(inc))
+
+    # ------------------------------------------------------------------ refusals before anything runs
+    @staticmethod
+    def _trust_of(inc: Incident | None) -> dict[str, Any] | None:
+        if inc is None or inc.authority == "node":
+            return None
+        return {"authority": inc.authority, "job_id": inc.job_id}
+
+    def _cluster_members(self, want: Iterable[str]) -> set[str] | None:
+        """The cluster's node names (sinfo), refreshed every MEMBERS_TTL_S and at most every 30 s
+        when a name is missing; None when Slurm cannot say."""
+        now = self.clock()
+        stale = now - self._members_at > MEMBERS_TTL_S
+        missing = self._members is not None and not set(want) <= self._members and now - self._members_at > 30.0
+        if self._members is None or stale or missing:
+            try:
+                self._members = {n.name for n in SlurmClient(self.executor.runner,
+                                                             timeout_s=self.executor.timeout_s).nodes()}
+                self._members_at = now
+            except (SlurmError, ValueError, KeyError, TypeError):
+                return self._members if not stale else None
+        return self._members
+
+    def _slurm_allocation(self, job_id: str) -> list[str] | None:
+        """The nodes Slurm allocated to ``job_id`` (scontrol show job, else accounting); None if unknown."""
+        try:
+            job_id = validate_job_id(job_id)
+        except UnsafeTargetError:
+            return None
+        client = self.executor.client
+        try:
+            info = client.show_job(job_id)
+        except SlurmError:
+            info = None
+        nodes = expand_hostlist(info.get("NodeList")) if info else []
+        if nodes:
+            return nodes
+        try:
+            recs = client.jobs([job_id])
+        except SlurmError:
+            return None
+        found = sorted({n for r in recs for n in r.nodes})
+        return found or None
+
+    def _refuse(self, v: Verdict, kind: str, target: str, exclude: Sequence[str], inc: Incident | None,
+                act: str, incident_id: str | None, trust: dict[str, Any] | None = None) -> Verdict:
+        """An approved action whose nodes are not this cluster's, or a drain that rests only on a
+        job's output about a node outside the job's allocation, becomes a denial before it is queued."""
+        nodes = ([target] if kind in NODE_KINDS else []) + list(exclude)
+        if nodes:
+            members = self._cluster_members(nodes)
+            if members is None:
+                return Verdict("denied", "cannot check the target against the cluster's nodes (sinfo failed)",
+                               state=v.state, retry=True)
+            unknown = sorted(set(nodes) - members)
+            if unknown:
+                msg = f"not a node of this cluster: {', '.join(unknown)}"
+                self.audit.append("unsafe_target", {"action_id": act, "kind": kind, "target": target,
+                                                    "message": msg}, incident_id=incident_id, action_id=act)
+                return Verdict("denied", f"unsafe target rejected: {msg}", state=v.state)
+        trust = trust if trust is not None else self._trust_of(inc)
+        if kind == "drain_node" and trust:
+            auth = trust.get("authority")
+            if auth not in ("job", "job-line"):
+                why = f"the evidence against {target} is a claim from another source; corroborate before draining"
+                ok: bool | None = False
+            else:
+                ok, why = allocation_check(target, trust.get("job_id"), self.allocation)
+                if ok is None and auth == "job-line":   # the host came only from the line: Slurm must confirm
+                    ok, why = False, f"{why}, and the node was named only by the job's output"
+            if ok is False:
+                self.audit.append("untrusted", {"action_id": act, "kind": kind, "target": target, "message": why,
+                                                **trust}, incident_id=incident_id, action_id=act)
+                return Verdict("denied", f"untrusted evidence: {why}", state=v.state)
+        return v
 
     def _gate(self, v: Verdict, incident_id: str, now: float) -> Verdict:
         """Promotion gate: an autonomous action of a rule whose graded precision has not earned trust
@@ -273,13 +373,16 @@ class Remediator:
         return gate_verdict(v, rule, gate, self._grades)
 
     def _decide(self, existing: dict[str, Any] | None, act: str, key: str, p: ActionProposal, incident_id: str,
-                cause: str, decision: str, status: str, reason: str, state: dict[str, Any], now: float) -> Decision:
-        executed_ts = now if status == "queued" else None
+                cause: str, decision: str, status: str, reason: str, state: dict[str, Any], now: float,
+                retry: bool = False, trust: dict[str, Any] | None = None) -> Decision:
+        executed_ts = now if status == "queued" else None       # a reservation until the effect is verified
+        retry_until = now + self.config.retry_s if status == "denied" and retry else None
         if existing is None:
             self.store.insert(act, key, p.kind, p.target, incident_id, p.exclude, cause, status, decision, reason,
-                              now, executed_ts)
+                              now, executed_ts, retry_until, trust)
         else:
-            self._update(act, status=status, decision=decision, reason=reason, executed_ts=executed_ts)
+            self._update(act, status=status, decision=decision, reason=reason, executed_ts=executed_ts,
+                         retry_until=retry_until)
         self.audit.append("decision", {"action_id": act, "kind": p.kind, "target": p.target, "decision": decision,
                                        "status": status, "reason": reason, "policy_state": state},
                           incident_id=incident_id, action_id=act)
@@ -290,8 +393,13 @@ class Remediator:
         self.audit.append("breaker", {"event": "tripped", "reason": reason})
 
     def breaker_reset(self, by: str = "operator") -> None:
+        """Close the breaker. A corrupt breaker state (not JSON, wrong type) is reset too, and the
+        ``reset`` record keeps what was there (the documented, audited way out of it)."""
         with self.audit.transaction():
-            was = self.breaker()
+            try:
+                was = self.breaker()
+            except AuditError as exc:
+                was = {"corrupt": self.audit.raw_state("breaker"), "error": exc.message}
             self.audit.set_state("breaker", {"tripped": False, "reason": "", "since": None})
             self.audit.append("breaker", {"event": "reset", "by": by, "was": was})
 
@@ -308,12 +416,16 @@ class Remediator:
             v = decide(self.config, self.policy_state(row["incident_id"]),
                          ActionRequest(row["kind"], row["target"] or "", row["incident_id"],
                                        own_drain=row["kind"] == "resume_node"), now, approved_by_human=True)
+            if v.decision == "approved":
+                v = self._refuse(v, row["kind"], row["target"] or "", json.loads(row["exclude"]), None, act_id,
+                                 row["incident_id"], trust=json.loads(row["trust"]) if row["trust"] else None)
             if v.trip_breaker:
                 self._trip(v.reason)
             status = {"dry_run": "dry_run", "denied": "denied", "approved": "queued",
                       "record_only": "record_only", "proposed": "awaiting_approval"}[v.decision]
             self._update(act_id, status=status, decision=v.decision, reason=v.reason,
-                         executed_ts=now if status == "queued" else None)
+                         executed_ts=now if status == "queued" else None,
+                         retry_until=now + self.config.retry_s if status == "denied" and v.retry else None)
             self.audit.append("decision", {"action_id": act_id, "kind": row["kind"], "target": row["target"],
                                            "decision": v.decision, "status": status, "reason": v.reason,
                                            "policy_state": v.state}, incident_id=row["incident_id"], action_id=act_id)
@@ -339,6 +451,7 @@ class Remediator:
         nothing on the cluster: queued actions wait for a mode that may act). Returns the rows it ran."""
         if self.config.mode == "monitor":
             return []
+        self.revisit_denied()
         now = self.clock()
         ran = []
         for row in self.store.rows("queued"):
@@ -347,6 +460,58 @@ class Remediator:
             if self._run(row) and (done := self.action(row["id"])) is not None:
                 ran.append(done)
         return ran
+
+    def revisit_denied(self) -> list[dict[str, Any]]:
+        """Re-evaluate denials whose reason may have cleared (breaker reset, budget or cooldown
+        passed): queue them now, or expire them (``expired`` record) once ``retry_until`` passed.
+        Nothing is recorded while the reason still holds. Returns the rows that changed."""
+        if self.config.mode == "monitor":
+            return []
+        changed = []
+        for row in self.store.retryable():
+            now = self.clock()
+            act = row["id"]
+            if now >= row["retry_until"]:
+                with self.audit.transaction():
+                    self._update(act, status="expired", retry_until=None)
+                    self.audit.append("expired", {"action_id": act, "kind": row["kind"], "target": row["target"],
+                                                  "message": f"denied until it expired: {row['reason']}",
+                                                  "retry_s": self.config.retry_s},
+                                      incident_id=row["incident_id"], action_id=act)
+                changed.append(self.action(act))
+                continue
+            human = self.config.mode == "approve" and bool(self.audit.records("approval", action_id=act, limit=1))
+            if self.config.mode == "approve" and not human:
+                continue
+            with self.audit.transaction():
+                v = decide(self.config, self.policy_state(row["incident_id"]),
+                             ActionRequest(row["kind"], row["target"] or "", row["incident_id"],
+                                           own_drain=row["kind"] == "resume_node"), now, approved_by_human=human)
+                if not human:
+                    v = self._gate(v, row["incident_id"] or "", now)
+                if v.decision == "approved":
+                    v = self._refuse(v, row["kind"], row["target"] or "", json.loads(row["exclude"]), None, act,
+                                     row["incident_id"], trust=json.loads(row["trust"]) if row["trust"] else None)
+                if v.trip_breaker and not self.breaker().get("tripped"):
+                    self._trip(v.reason)
+                if v.decision != "approved":
+                    if not v.retry:      # the reason can no longer clear
+                        self._update(act, retry_until=None, reason=v.reason)
+                        self.audit.append("decision", {"action_id": act, "kind": row["kind"], "target": row["target"],
+                                                       "decision": "denied", "status": "denied", "reason": v.reason,
+                                                       "policy_state": v.state},
+                                          incident_id=row["incident_id"], action_id=act)
+                        changed.append(self.action(act))
+                    continue
+                why = f"retried, the denial cleared ({v.reason}); was: {row['reason']}"
+                self._update(act, status="queued", decision="approved", reason=why, executed_ts=now,
+                             retry_until=None, next_attempt_ts=0)
+                self.audit.append("decision", {"action_id": act, "kind": row["kind"], "target": row["target"],
+                                               "decision": "approved", "status": "queued", "reason": why,
+                                               "policy_state": v.state}, incident_id=row["incident_id"],
+                                  action_id=act)
+            changed.append(self.action(act))
+        return changed
 
     def _run(self, row: dict[str, Any]) -> bool:
         act = row["id"]
@@ -379,6 +544,16 @@ class Remediator:
             with self.audit.transaction():
                 self._finish(row, attempt, "failed", str(exc), {})
             return True
+        if out.status == "failed" and out.retry and attempt < MAX_ATTEMPTS \
+                and self.clock() < row["created_ts"] + self.config.retry_s:
+            delay = min(300.0, 5.0 * 2 ** attempt)
+            with self.audit.transaction():   # not visible yet: try again (the reservation stays)
+                self._update(act, status="queued", next_attempt_ts=self.clock() + delay)
+                self.audit.append("result", {"action_id": act, "attempt": attempt, "kind": row["kind"],
+                                             "target": row["target"], "outcome": "retry", "message": out.message,
+                                             "observed": out.observed, "retry_in_s": delay},
+                                  incident_id=row["incident_id"], action_id=act)
+            return True
         with self.audit.transaction():
             self._finish(row, attempt, out.status, out.message, out.observed)
         return True
@@ -386,7 +561,9 @@ class Remediator:
     def _finish(self, row: dict[str, Any], attempt: int, status: str, message: str, observed: dict[str, Any],
                 kind: str = "result") -> None:
         res = {"outcome": status, "message": message, "observed": observed}
-        self._update(row["id"], status=status, result=json.dumps(res))
+        # only a verified effect keeps counting against budget, cooldown and breaker
+        self._update(row["id"], status=status, result=json.dumps(res),
+                     executed_ts=self.clock() if status == "done" else None)
         self.audit.append(kind, {"action_id": row["id"], "attempt": attempt, "kind": row["kind"],
                                  "target": row["target"], "outcome": status, "message": message,
                                  "observed": observed}, incident_id=row["incident_id"], action_id=row["id"])

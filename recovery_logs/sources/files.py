@@ -25,9 +25,11 @@ from __future__ import annotations
 import collections
 import glob
 import gzip
+import io
 import json
 import os
 import re
+import stat
 import zlib
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
@@ -107,8 +109,17 @@ def expand_paths(paths: Sequence[str | Path]) -> tuple[list[Path], int]:
     return out, skipped
 
 
+def _is_fifo(fp: Path) -> bool:
+    try:
+        return stat.S_ISFIFO(os.stat(fp).st_mode)
+    except OSError:
+        return False
+
+
 def _skip(fp: Path) -> bool:
     name = fp.name
+    if _is_fifo(fp):
+        return True    # a pipe inside a directory is never opened (it would block); name it to read it
     if name.startswith(".") or name in _SKIP_NAMES:
         return True
     suffixes = [x.lower() for x in fp.suffixes]
@@ -127,6 +138,16 @@ def _skip(fp: Path) -> bool:
 
 
 def _open(fp: Path):
+    if _is_fifo(fp):   # read what the writer sends until it closes; no writer: empty, never a hang
+        try:
+            fd = os.open(fp, os.O_RDONLY | os.O_NONBLOCK)
+            os.set_blocking(fd, True)
+            fh = io.BufferedReader(io.FileIO(fd, "rb"))
+        except OSError as exc:
+            raise InputError(f"input: cannot read the FIFO ({exc.strerror or exc})", path=str(fp)) from exc
+        if fh.peek(2)[:2] == _GZIP_MAGIC:
+            return gzip.GzipFile(fileobj=fh, mode="rb"), True
+        return fh, False
     try:
         fh = open(fp, "rb")
         magic = fh.read(2)
@@ -201,7 +222,7 @@ def iter_batches(paths: Sequence[str | Path], opts: ReadOptions = DEFAULT_OPTION
                 continue
             parser = TextParser(str(fp), opts, fmt, seq, dedup=dedup, mtime_ns=mtime_ns)
             if fmt == "dmesg" and opts.boot_time_ns is None:
-                est = _dmesg_boot_estimate(fp, gz, mtime_ns)
+                est = None if _is_fifo(fp) else _dmesg_boot_estimate(fp, gz, mtime_ns)
                 parser.set_boot_time(est if est is not None else mtime_ns, inferred=True)
             data = head
             size = _chunk_bytes(opts)

@@ -72,7 +72,7 @@ class TextParser:
     """Stateful parser for one text stream. ``feed`` any chunk; ``flush`` at the end."""
 
     def __init__(self, file: str, opts: ReadOptions, fmt: str | None = None, seq_start: int = 0,
-                 *, dedup: Deduper | None = None, mtime_ns: int | None = None) -> None:
+                 *, dedup: Deduper | None = None, mtime_ns: int | None = None, first_line: int = 1) -> None:
         self.file = file
         self.opts = opts
         self.fmt = fmt if fmt not in (None, "auto") else None
@@ -100,7 +100,7 @@ class TextParser:
         self._head = b""            # bytes held until the format is known
         self._pending = b""         # incomplete last line
         self._over = False          # the pending line is already over MAX_LINE_BYTES
-        self._next_line = 1
+        self._next_line = first_line    # a live tail resumed mid-file numbers its lines from there
         self._carry = pl.DataFrame(schema={"lineno": pl.Int64, "text": pl.String})
         self._last_ts: int | None = None   # time carried into the carried lines
         self._head_fill: int | None = None  # time for lines before the first timed line, once known
@@ -108,6 +108,14 @@ class TextParser:
     @property
     def next_seq(self) -> int:
         return self.finisher.next_seq
+
+    def held_from_line(self) -> int:
+        """The first line not yet emitted in an event (held as the format head, a carried
+        multi-line record or an incomplete line): where a restarted reader must begin."""
+        held = [self._next_line]
+        if self._carry.height:
+            held.append(int(self._carry["lineno"].min()))
+        return min(held)
 
     def set_boot_time(self, boot_ns: int, inferred: bool) -> None:
         """Absolute time of uptime 0 for relative dmesg lines (call before the first feed)."""

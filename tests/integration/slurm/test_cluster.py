@@ -194,11 +194,13 @@ def test_slurm_refusals_become_clear_failed_results(cluster, tmp_path: Path, rec
     ds = rem.handle([incident("inc-refuse01", "gpu-n99", None, kinds=("drain",)),
                      incident("inc-refuse02", node, norq, kinds=("requeue",)),
                      incident("inc-refuse03", None, "999999", kinds=("cancel",))])
-    assert [d.status for d in ds] == ["failed", "failed", "failed"]
+    # a node the cluster does not have is refused before it is queued (issue 12): it never reaches Slurm
+    assert [d.status for d in ds] == ["denied", "failed", "failed"]
+    assert "not a node of this cluster: gpu-n99" in ds[0].reason
     msgs = [d.result.get("message", "") for d in ds]
-    assert "node gpu-n99 is not known to slurmctld" in msgs[0]
     assert f"job {norq} was submitted with --no-requeue" in msgs[1]
     assert "job 999999 is not known to slurmctld" in msgs[2]
     assert runner.mutating() == []                    # refused before anything was changed
     assert cluster.job(norq)["JobState"] == "RUNNING"
-    assert [r.payload["outcome"] for r in rem.audit.records("result")] == ["failed"] * 3
+    assert [r.payload["outcome"] for r in rem.audit.records("result")] == ["failed"] * 2
+    assert rem.budget()["used_hour"] == 0             # failures count nothing

@@ -42,7 +42,9 @@ def test_flood_budget_breaker_cooldown_and_ownership(cluster, tmp_path: Path, re
     reasons = [d.reason for d in ds]
     assert "cooldown" in reasons[1] and "circuit breaker tripped" in reasons[3]
     assert "circuit breaker is tripped" in reasons[4] and "action budget spent: 4/4" in reasons[7]
-    assert rem.budget()["used_hour"] == 4 and rem.breaker()["tripped"] is True
+    # only verified effects count (issue 12): the not_owner drain held a reservation while queued
+    # (so the third cancel was denied), then released it
+    assert rem.budget()["used_hour"] == 3 and rem.breaker()["tripped"] is True
     assert [cluster.job(j)["JobState"] for j in jobs] == ["CANCELLED", "CANCELLED", "RUNNING"]
     # never touched the admin's node; one command per node
     assert cluster.node("gpu-n04")["Reason"].startswith(ADMIN_REASON + " [root@")
