@@ -378,7 +378,7 @@ class Watcher:
         batch = events_from_vl_records(rows, self.read, seq_start=self.seq, file=f"victorialogs:{self.vl_url}")
         return _shift_lines(batch, self._vl_lines, len(rows))
 
-    def _file_batches(self, now: int, final: bool = False) -> list[Batch]:
+    def _file_batches(self, now: int, final: bool = False) -> list[tuple[str, Batch]]:
         assert self.files is not None
         out = []
         for path, data, restarted, start in self.files.poll_at():

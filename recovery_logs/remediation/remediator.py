@@ -461,7 +461,7 @@ class Remediator:
                 ran.append(done)
         return ran
 
-    def revisit_denied(self) -> list[dict[str, Any]]:
+    def revisit_denied(self) -> list[dict[str, Any] | None]:
         """Re-evaluate denials whose reason may have cleared (breaker reset, budget or cooldown
         passed): queue them now, or expire them (``expired`` record) once ``retry_until`` passed.
         Nothing is recorded while the reason still holds. Returns the rows that changed."""

@@ -142,12 +142,12 @@ def _open(fp: Path):
         try:
             fd = os.open(fp, os.O_RDONLY | os.O_NONBLOCK)
             os.set_blocking(fd, True)
-            fh = io.BufferedReader(io.FileIO(fd, "rb"))
+            fifo = io.BufferedReader(io.FileIO(fd, "rb"))
         except OSError as exc:
             raise InputError(f"input: cannot read the FIFO ({exc.strerror or exc})", path=str(fp)) from exc
-        if fh.peek(2)[:2] == _GZIP_MAGIC:
-            return gzip.GzipFile(fileobj=fh, mode="rb"), True
-        return fh, False
+        if fifo.peek(2)[:2] == _GZIP_MAGIC:
+            return gzip.GzipFile(fileobj=fifo, mode="rb"), True
+        return fifo, False
     try:
         fh = open(fp, "rb")
         magic = fh.read(2)

@@ -119,7 +119,7 @@ class FileFollower:
         st = os.fstat(fh.fileno())
         magic = fh.read(2)
         fh.seek(0)
-        saved = self.offsets.get(path)
+        saved = self.offsets.get(path) or {}
         same = bool(saved) and saved.get("dev") == st.st_dev and saved.get("ino") == st.st_ino
         if magic == _GZ_MAGIC:
             f = _Followed(path, fh, st.st_dev, st.st_ino, 0, kind="gz", gz=zlib.decompressobj(wbits=31))

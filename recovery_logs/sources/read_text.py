@@ -114,7 +114,7 @@ class TextParser:
         multi-line record or an incomplete line): where a restarted reader must begin."""
         held = [self._next_line]
         if self._carry.height:
-            held.append(int(self._carry["lineno"].min()))
+            held.append(int(self._carry["lineno"].min()))  # type: ignore[arg-type]
         return min(held)
 
     def set_boot_time(self, boot_ns: int, inferred: bool) -> None:
