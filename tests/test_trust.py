@@ -96,5 +96,5 @@ def test_confirmed_cascade_ranks_first_of_23(tmp_path: Path):
     assert (top.node, top.xid, top.job_id, top.confirmed) == ("gpu-n02", 79, "184470", True)
     assert len(top.nodes) > 1                                  # the cascade
     # the host of each came only from the job's output: the remediator drains none of them unless
-    # Slurm confirms the node ran the job (tests/slurm/test_hardening.py)
+    # Slurm confirms the node ran the job (tests/integration/slurm/test_hardening.py)
     assert all(not i.confirmed and i.authority == "job-line" for i in res.incidents[1:])

@@ -87,6 +87,8 @@ def register(app: typer.Typer) -> None:
         mode: Annotated[str | None, typer.Option("--mode", help="monitor|approve|autonomous (with --slurm)")] = None,
         policy: Annotated[Path | None, typer.Option("--policy", help="policy TOML: budget, breaker, cooldown, promotion")] = None,
         tail_offset: Annotated[str, typer.Option("--tail-offset", hidden=True)] = "1s",
+        max_findings: Annotated[int, typer.Option("--max-findings", hidden=True,
+                                                  help="file sources: compact floods above this many findings")] = 200_000,
         verbose: Annotated[bool, typer.Option("--verbose", "-v", help="log source errors and retries to stderr")] = False,
         line_format: Annotated[str | None, typer.Option(
             "--line-format", help="site line format for file: sources, e.g. '<Date> <Time> <Node> <Content>'")] = None,
@@ -120,7 +122,8 @@ def register(app: typer.Typer) -> None:
             since_s=_seconds("--since", since) if since else None,
             rules_dir=rules_dir, export_incidents=export_incidents, prefilter=not no_prefilter,
             tail_offset=tail_offset, config=EngineConfig(lateness_s=lateness_s, rules_dir=rules_dir),
-            read=ReadOptions(line_formats=line_formats) if line_formats else None, lock=False)
+            read=ReadOptions(line_formats=line_formats) if line_formats else None, lock=False,
+            max_findings=max_findings)
         handler = logging.StreamHandler(sys.stderr)
         handler.setFormatter(logging.Formatter("watch: %(message)s"))
         wlog = logging.getLogger("recovery_logs.watch")

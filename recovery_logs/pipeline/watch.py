@@ -35,7 +35,7 @@ Long runs: the engine keeps every finding, so with a VictoriaLogs source it is r
 ``rotate_s`` from the server's history of the context window (the server is the store); memory
 then stays bounded by the context, and reported incidents keep their ids (see restart). With
 file sources, once more than ``max_findings`` are held the engine compacts floods in place
-(``Engine.compact_floods``: older than the context, per host/job/rule and half incident gap only
+(``Engine.compact_floods``: behind the watermark, per host/job/rule and half incident gap only
 the first and last finding are kept and the rest counted) and drops what is older than
 ``max_context_s``: memory is bounded by the number of distinct (host, job, rule) keys, not by
 the number of lines, and incidents keep their ids and counts.
@@ -492,8 +492,7 @@ class Watcher:
         self.engine.advance(now - self.lateness_ns, closed)
         if self.files is not None and self.vl is None and self.engine.findings.height > self.options.max_findings:
             upto = min(now - self.lateness_ns, closed if closed is not None else now)
-            self.engine.compact_floods(upto - int(self.options.context_s * NS),
-                                       upto - int(self.options.max_context_s * NS))
+            self.engine.compact_floods(upto, upto - int(self.options.max_context_s * NS))
             self.stats["compactions"] += 1
         changed = self._report()
         if self.on_tick is not None:
