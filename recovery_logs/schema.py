@@ -163,6 +163,8 @@ class QuarantineReason(StrEnum):
     OUT_OF_ORDER = "out_of_order"       # kept, but earlier than its predecessor in the same file/stream
     DUPLICATE = "duplicate"             # exact duplicate of an earlier record (same host, time, message)
     FORMAT_MISMATCH = "format_mismatch"  # kept, but the line does not fit the site line format (--line-format)
+    UNREADABLE = "unreadable"           # a whole file that could not be read (raw: why); the others are read
+    TRUNCATED = "truncated"             # a gzip stream cut short: the readable part is kept, line = first line cut
 
 
 def empty_events() -> pl.DataFrame:

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import collections
 import glob
-import gzip
 import io
 import json
 import os
@@ -34,13 +33,14 @@ import zlib
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import polars as pl
 import pyarrow.parquet as pq
 
 from recovery_logs.errors import InputError
-from recovery_logs.schema import EVENT_SCHEMA, TIME, conform
-from recovery_logs.sources.formats import FORMATS, detect_format, vl_columns, vl_frame_to_parsed
+from recovery_logs.schema import EVENT_SCHEMA, TIME, QuarantineReason, conform
+from recovery_logs.sources.formats import FORMATS, TEXT_FORMATS, detect_format, vl_columns, vl_frame_to_parsed
 from recovery_logs.sources.lineformat import LINE_FORMAT, select_line_format
 from recovery_logs.sources.read_common import (
     DEFAULT_HOST_FIELDS,
@@ -49,7 +49,9 @@ from recovery_logs.sources.read_common import (
     Finisher,
     ReadOptions,
     empty_quarantine,
+    quarantine_frame,
 )
+from recovery_logs.sources.read_many import GROUP_FILES, SMALL_FILE_BYTES, WholeFile, parse_many
 from recovery_logs.sources.read_text import DETECT_BYTES, TextParser
 from recovery_logs.timeutil import rfc3339_to_time_expr
 
@@ -137,7 +139,60 @@ def _skip(fp: Path) -> bool:
     return _looks_binary(head)
 
 
-def _open(fp: Path):
+class _Inflate:
+    """A gzip file read chunk by chunk with ``zlib`` (several members are fine).
+
+    Unlike ``gzip.GzipFile``, a stream that is cut short or corrupt keeps everything inflated
+    before the damage: ``read`` returns it, then b"" with ``error`` set. Memory is bounded by the
+    size asked for (``max_length``), whatever the compression ratio."""
+
+    def __init__(self, fh: Any) -> None:
+        self.fh = fh
+        self.error: str | None = None
+        self._d = zlib.decompressobj(wbits=31)
+        self._in = b""          # compressed bytes not yet given to the decompressor
+        self._started = False   # the current member has consumed input
+        self._done = False
+
+    def read(self, n: int) -> bytes:
+        out: list[bytes] = []
+        have = 0
+        while have < n and not self._done:
+            if not self._in:
+                self._in = self.fh.read(1 << 16)
+                if not self._in:
+                    if self._started:
+                        self.error = "truncated gzip stream (it ends before the end-of-stream marker)"
+                    self._done = True
+                    break
+            if not self._started and self._in[:2] != _GZIP_MAGIC[: len(self._in)]:
+                if self._in.strip(b"\0"):   # zero padding after a member is fine, anything else is not
+                    self.error = "corrupt gzip stream (not gzip data after the end of a member)"
+                    self._done = True
+                self._in = b""
+                continue
+            try:
+                chunk = self._d.decompress(self._in, n - have)
+            except zlib.error as exc:
+                self.error = f"corrupt gzip stream ({exc})"
+                self._done = True
+                break
+            self._started = True
+            self._in = self._d.unconsumed_tail
+            if self._d.eof:
+                self._in = self._d.unused_data + self._in
+                self._d = zlib.decompressobj(wbits=31)
+                self._started = False
+            if chunk:
+                out.append(chunk)
+                have += len(chunk)
+        return b"".join(out)
+
+    def close(self) -> None:
+        self.fh.close()
+
+
+def _open(fp: Path) -> tuple[Any, bool]:
     if _is_fifo(fp):   # read what the writer sends until it closes; no writer: empty, never a hang
         try:
             fd = os.open(fp, os.O_RDONLY | os.O_NONBLOCK)
@@ -146,7 +201,7 @@ def _open(fp: Path):
         except OSError as exc:
             raise InputError(f"input: cannot read the FIFO ({exc.strerror or exc})", path=str(fp)) from exc
         if fifo.peek(2)[:2] == _GZIP_MAGIC:
-            return gzip.GzipFile(fileobj=fifo, mode="rb"), True
+            return _Inflate(fifo), True
         return fifo, False
     try:
         fh = open(fp, "rb")
@@ -155,8 +210,15 @@ def _open(fp: Path):
     except OSError as exc:
         raise InputError(f"input: cannot read the file ({exc.strerror or exc})", path=str(fp)) from exc
     if magic == _GZIP_MAGIC:
-        return gzip.GzipFile(fileobj=fh, mode="rb"), True
+        return _Inflate(fh), True
     return fh, False
+
+
+def _read(fh: Any, n: int, fp: Path, line: int | None) -> bytes:
+    try:
+        return fh.read(n)
+    except OSError as exc:
+        raise InputError(f"input: cannot read the file ({exc.strerror or exc})", path=str(fp), line=line) from exc
 
 
 def _chunk_bytes(opts: ReadOptions) -> int:
@@ -169,8 +231,9 @@ def _dmesg_boot_estimate(fp: Path, gz: bool, mtime_ns: int) -> int | None:
     try:
         if gz:
             tail = b""
-            with gzip.open(fp, "rb") as fh:
-                while chunk := fh.read(1 << 20):
+            with open(fp, "rb") as raw:
+                inf = _Inflate(raw)
+                while chunk := inf.read(1 << 20):
                     tail = (tail + chunk)[-65536:]
         else:
             with open(fp, "rb") as fh:
@@ -178,8 +241,8 @@ def _dmesg_boot_estimate(fp: Path, gz: bool, mtime_ns: int) -> int | None:
                 size = fh.tell()
                 fh.seek(max(0, size - 65536))
                 tail = fh.read()
-    except (OSError, EOFError, zlib.error):
-        return None   # the reader itself reports a corrupt file
+    except OSError:
+        return None   # the reader itself reports an unreadable file
     hits = _UPTIME.findall(tail)
     if not hits:
         return None
@@ -188,62 +251,157 @@ def _dmesg_boot_estimate(fp: Path, gz: bool, mtime_ns: int) -> int | None:
     return mtime_ns - up_ns
 
 
+def _unreadable(fp: Path, exc: InputError, stats: collections.Counter) -> Batch:
+    """A file that could not be read at all: counted, one quarantine row naming why, the run goes on."""
+    stats["unreadable"] += 1
+    q = quarantine_frame(str(fp), [exc.line or 0], QuarantineReason.UNREADABLE.value, [str(exc)[:4096]])
+    return Batch(pl.DataFrame(schema=EVENT_SCHEMA), q, stats)
+
+
+def _truncated(fp: Path, line: int, partial: bytes, why: str, stats: collections.Counter) -> pl.DataFrame:
+    """A gzip stream cut short: what was readable is kept; the first line not read whole is named."""
+    stats["truncated"] += 1
+    raw = f"{why}; readable part kept, cut at line {line}: " + partial[:2048].decode("utf-8", errors="replace")
+    return quarantine_frame(str(fp), [line], QuarantineReason.TRUNCATED.value, [raw[:4096]])
+
+
 def iter_batches(paths: Sequence[str | Path], opts: ReadOptions = DEFAULT_OPTIONS, seq_start: int = 0) -> Iterator[Batch]:
     """Read ``paths`` batch by batch (about ``opts.batch_lines`` lines each); memory stays bounded.
 
-    Each batch's ``stats`` counts only that batch; sum them for a total."""
+    Small files (up to ``read_many.SMALL_FILE_BYTES``) are read whole and parsed in groups, many
+    files per Polars operation; larger ones are streamed chunk by chunk. A file that cannot be read
+    is counted (``unreadable``) with a quarantine row and the others are still read; a gzip stream
+    cut short keeps its readable part (``truncated``). When every file is unreadable the first
+    file's error is raised. Each batch's ``stats`` counts only that batch; sum them for a total."""
     if opts.fmt not in ("auto", *FORMATS):
         raise InputError(f"input: unknown format {opts.fmt!r}; use auto or one of {', '.join(FORMATS)}")
     files, skipped = expand_paths(paths)
     dedup = Deduper(enabled=opts.dedupe)
     seq = seq_start
-    first = True
+    group: list[WholeFile] = []
+    group_bytes = 0
+    extra: collections.Counter = collections.Counter()
+    if skipped:
+        extra["skipped"] += skipped
+    group_quar: list[pl.DataFrame] = []
+    errors: list[InputError] = []
+    readable = 0
+
+    def flush_group() -> Iterator[Batch]:
+        nonlocal seq, group_bytes, extra
+        if not group and not group_quar:
+            return
+        if group:
+            b, seq = parse_many(group, opts, seq, dedup)
+        else:
+            b = Batch(pl.DataFrame(schema=EVENT_SCHEMA), empty_quarantine(), collections.Counter())
+        if group_quar:
+            b.quarantine = pl.concat([b.quarantine, *group_quar])
+        b.stats.update(extra)
+        extra = collections.Counter()
+        group.clear()
+        group_quar.clear()
+        group_bytes = 0
+        yield b
+
     for fp in files:
-        stats: collections.Counter = collections.Counter(files=1)
-        if first and skipped:
-            stats["skipped"] += skipped
-        first = False
-        fh, gz = _open(fp)
         try:
-            mtime_ns = os.stat(fp).st_mtime_ns
+            fh, gz = _open(fp)
+        except InputError as exc:
+            errors.append(exc)
+            yield from flush_group()
+            yield _unreadable(fp, exc, collections.Counter(files=1))
+            continue
+        try:
             try:
-                head = fh.read(DETECT_BYTES)
-            except (OSError, EOFError, zlib.error) as exc:
-                raise InputError(f"input: corrupt gzip stream ({exc})", path=str(fp), line=1) from exc
+                mtime_ns = os.stat(fp).st_mtime_ns
+                head = _read(fh, DETECT_BYTES, fp, 1)
+            except OSError as exc:
+                raise InputError(f"input: cannot read the file ({exc.strerror or exc})", path=str(fp)) from exc
             fmt = opts.fmt if opts.fmt != "auto" else detect_format(str(fp), head)
             if select_line_format(opts.line_formats, str(fp)) is not None:
                 fmt = LINE_FORMAT    # a site line format fits this path: it reads the file (TextParser)
             if fmt == "parquet":
                 fh.close()
+                yield from flush_group()
+                stats = collections.Counter(files=1)
                 for b in _parquet_batches(fp, opts, seq, dedup, stats):
                     seq = b.stats.pop("_next_seq")
                     yield b
                     stats = collections.Counter()
+                readable += 1
                 continue
-            parser = TextParser(str(fp), opts, fmt, seq, dedup=dedup, mtime_ns=mtime_ns)
-            if fmt == "dmesg" and opts.boot_time_ns is None:
-                est = None if _is_fifo(fp) else _dmesg_boot_estimate(fp, gz, mtime_ns)
-                parser.set_boot_time(est if est is not None else mtime_ns, inferred=True)
+            if fmt == "auto" or (fmt not in TEXT_FORMATS and fmt != LINE_FORMAT):
+                raise InputError(f"input: unknown format {fmt!r}", path=str(fp))
+            # whole and small: parsed with the other small files
             data = head
-            size = _chunk_bytes(opts)
-            while True:
-                try:   # read ahead: the last chunk is parsed with final=True (no separate flush pass)
-                    nxt = fh.read(size) if data else b""
-                except (OSError, EOFError, zlib.error) as exc:
-                    raise InputError(f"input: corrupt gzip stream ({exc})", path=str(fp),
-                                     line=parser._next_line) from exc
-                final = not nxt
-                b = parser.feed(data, final=final)
-                b.stats.update(stats)
-                stats = collections.Counter()
-                if final or b.events.height or b.quarantine.height or b.stats:
-                    yield b
-                if final:
-                    break
-                data = nxt
-            seq = parser.next_seq
+            small = min(SMALL_FILE_BYTES, _chunk_bytes(opts))
+            if len(head) == DETECT_BYTES:
+                data = head + _read(fh, small + 1 - len(head), fp, None)
+            if len(data) <= small and fmt != LINE_FORMAT:     # site line formats: TextParser, file by file
+                if gz and fh.error:
+                    cut = data.rfind(b"\n") + 1
+                    group_quar.append(_truncated(fp, data.count(b"\n") + 1, data[cut:], fh.error, extra))
+                    data = data[:cut]
+                group.append(WholeFile(str(fp), data, mtime_ns, fmt))
+                readable += 1
+                group_bytes += len(data)
+                if group_bytes >= _chunk_bytes(opts) or len(group) >= GROUP_FILES:
+                    yield from flush_group()
+                continue
+            yield from flush_group()
+            box = [seq]
+            yield from _stream_file(fp, fh, gz, fmt, data, mtime_ns, opts, box, dedup)
+            seq = box[0]
+            readable += 1
+        except InputError as exc:
+            if exc.path is None:
+                raise
+            errors.append(exc)
+            yield from flush_group()
+            yield _unreadable(fp, exc, collections.Counter(files=1))
         finally:
             fh.close()
+    yield from flush_group()
+    if errors and not readable:
+        raise errors[0]
+
+
+def _stream_file(fp: Path, fh: Any, gz: bool, fmt: str, data: bytes, mtime_ns: int, opts: ReadOptions,
+                 seq: list[int], dedup: Deduper) -> Iterator[Batch]:
+    """One large file, chunk by chunk (``TextParser``); ``seq[0]``: the first seq in, the next out."""
+    stats: collections.Counter = collections.Counter(files=1)
+    parser = TextParser(str(fp), opts, fmt, seq[0], dedup=dedup, mtime_ns=mtime_ns)
+    if fmt == "dmesg" and opts.boot_time_ns is None:
+        est = None if _is_fifo(fp) else _dmesg_boot_estimate(fp, gz, mtime_ns)   # a FIFO cannot be read twice
+        parser.set_boot_time(est if est is not None else mtime_ns, inferred=True)
+    size = _chunk_bytes(opts)
+    while True:
+        # read ahead: the last chunk is parsed with final=True (no separate flush pass)
+        nxt = _read(fh, size, fp, parser._next_line) if data else b""
+        err = fh.error if gz else None
+        if err:      # cut short: parse what was read, name the first line not read whole
+            b = parser.feed(data + nxt, final=False)
+            line, partial = parser._next_line, parser._pending
+            parser._pending = b""
+            parser._over = False
+            tail = parser.feed(b"", final=True)
+            b = Batch(pl.concat([b.events, tail.events]), pl.concat([b.quarantine, tail.quarantine]),
+                      b.stats + tail.stats)
+            b.quarantine = pl.concat([b.quarantine, _truncated(fp, line, partial, err, b.stats)])
+            b.stats.update(stats)
+            yield b
+            break
+        final = not nxt
+        b = parser.feed(data, final=final)
+        b.stats.update(stats)
+        stats = collections.Counter()
+        if final or b.events.height or b.quarantine.height or b.stats:
+            yield b
+        if final:
+            break
+        data = nxt
+    seq[0] = parser.next_seq
 
 
 def read_paths(paths: Sequence[str | Path], opts: ReadOptions = DEFAULT_OPTIONS) -> ReadResult:

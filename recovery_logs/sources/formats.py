@@ -94,6 +94,20 @@ class ParseContext:
     # when the year was guessed from the file's mtime: a yearless time more than 2 days after it
     # belongs to the year before (a December line in a file written in January)
     rollover_after_ns: int | None = None
+    # many files parsed as one frame (``read_many``): the per-file values above come from the
+    # columns ``_year`` (String), ``_roll`` (Int64), ``_fkind`` (String), ``_boot`` (Int64) and
+    # ``_binf`` (Boolean) of the lines frame instead; ``_fid`` (the file's index) is kept
+    columns: bool = False
+
+
+def _year(ctx: ParseContext) -> pl.Expr:
+    return pl.col("_year") if ctx.columns else pl.lit(str(ctx.year))
+
+
+def _file_kind(ctx: ParseContext, default: str | None) -> pl.Expr:
+    if ctx.columns:
+        return pl.col("_fkind").fill_null(pl.lit(default, pl.String))
+    return pl.lit(file_source_kind(ctx.file) or default, pl.String)
 
 
 def file_source_kind(path: str) -> str | None:
@@ -119,17 +133,21 @@ def naive_to_utc_ns(dt: pl.Expr, tz: str) -> pl.Expr:
 def _yearless(dt: pl.Expr, ctx: ParseContext) -> pl.Expr:
     """ns UTC of a naive datetime parsed with ``ctx.year``, rolled back a year when past the mtime."""
     ns = naive_to_utc_ns(dt, ctx.tz)
+    if ctx.columns:
+        roll = pl.col("_roll")
+        return pl.when(roll.is_not_null() & (ns > roll)).then(
+            naive_to_utc_ns(dt.dt.offset_by("-1y"), ctx.tz)).otherwise(ns)
     if ctx.rollover_after_ns is None:
         return ns
     prev = naive_to_utc_ns(dt.dt.offset_by("-1y"), ctx.tz)
     return pl.when(ns > ctx.rollover_after_ns).then(prev).otherwise(ns)
 
 
-def _program_source(program: pl.Expr, message: pl.Expr, file_kind: str | None) -> pl.Expr:
+def _program_source(program: pl.Expr, message: pl.Expr, file_kind: pl.Expr) -> pl.Expr:
     p = program.str.to_lowercase()
     e = (pl.when(p.eq("kernel") | message.str.starts_with("NVRM:")).then(pl.lit(SourceKind.KERNEL.value))
          .when(p.is_in(list(SLURM_DAEMONS))).then(pl.lit(SourceKind.SLURM.value)))
-    return e.otherwise(pl.lit(file_kind or SourceKind.OTHER.value))
+    return e.otherwise(file_kind)
 
 
 def _base_cols(df: pl.DataFrame) -> pl.DataFrame:
@@ -145,7 +163,7 @@ def _base_cols(df: pl.DataFrame) -> pl.DataFrame:
             cols.append(pl.lit(False).alias(name))
         else:
             cols.append(pl.lit(None, dtype).alias(name))
-    extra = [c for c in ("body", "nvrm", "bad_utf8") if c in df.columns]
+    extra = [c for c in ("body", "nvrm", "bad_utf8", "_fid") if c in df.columns]
     return df.select(cols + [pl.col(c) for c in extra])
 
 
@@ -161,7 +179,7 @@ def parse_syslog(lines: pl.DataFrame, ctx: ParseContext) -> pl.DataFrame:
                   lambda i: pl.col("c").struct.field(str(i + 1)))
     is_a, is_b, is_c = af(2).is_not_null(), bf(1).is_not_null(), cf(1).is_not_null()
     # RFC3164 time: year from ctx
-    b_str = pl.concat_str([pl.lit(str(ctx.year)), bf(1), bf(2).str.zfill(2), bf(3)], separator=" ")
+    b_str = pl.concat_str([_year(ctx), bf(1), bf(2).str.zfill(2), bf(3)], separator=" ")
     b_dt = b_str.str.strptime(pl.Datetime("us"), "%Y %b %d %H:%M:%S", strict=False)
     b_ns = _yearless(b_dt, ctx) + _frac_ns(bf(4))
     a_ns = rfc3339_ns(af(2))
@@ -181,7 +199,7 @@ def parse_syslog(lines: pl.DataFrame, ctx: ParseContext) -> pl.DataFrame:
     )
     # a line that is not a header but is indented is a continuation, not a bad timestamp
     df = df.with_columns(has_ts=pl.col("header") | ~t.str.contains(r"^\s")).with_columns(
-        source=_program_source(pl.col("prog"), pl.col("message"), file_source_kind(ctx.file)),
+        source=_program_source(pl.col("prog"), pl.col("message"), _file_kind(ctx, SourceKind.OTHER.value)),
         nvrm=pl.col("message").str.starts_with("NVRM: "),
         body=pl.col("message"))
     return _base_cols(df)
@@ -196,13 +214,16 @@ def parse_dmesg(lines: pl.DataFrame, ctx: ParseContext) -> pl.DataFrame:
     is_r, is_a = rf(1).is_not_null(), af(1).is_not_null()
     up_ns = rf(1).cast(pl.Int64, strict=False) * 1_000_000_000 + _frac_ns(rf(2))
     boot = ctx.boot_time_ns
+    boot_e = pl.col("_boot") if ctx.columns else pl.lit(boot, pl.Int64) if boot is not None else None
+    inferred = (pl.col("_binf") | pl.col("_boot").is_null()) if ctx.columns else pl.lit(
+        ctx.boot_inferred or boot is None)
     a_dt = af(1).str.replace_all(" +", " ").str.strptime(pl.Datetime("us"), "%a %b %d %H:%M:%S %Y", strict=False)
-    ts = (pl.when(is_r).then(up_ns + pl.lit(boot, pl.Int64) if boot is not None else pl.lit(None, pl.Int64))
+    ts = (pl.when(is_r).then(up_ns + boot_e if boot_e is not None else pl.lit(None, pl.Int64))
           .when(is_a).then(naive_to_utc_ns(a_dt, ctx.tz)))
     msg = pl.when(is_r).then(_after(t, RE_DMESG)).when(is_a).then(_after(t, RE_DMESG_T)).otherwise(t)
     df = lines.with_columns(
         header=is_r | is_a, ts=ts, message=msg,
-        ts_inferred=is_r & pl.lit(ctx.boot_inferred or boot is None),
+        ts_inferred=is_r & inferred,
     ).with_columns(
         has_ts=pl.col("header") | ~t.str.contains(r"^\s"),
         source=pl.lit(SourceKind.KERNEL.value),
@@ -225,7 +246,7 @@ def parse_job(lines: pl.DataFrame, ctx: ParseContext) -> pl.DataFrame:
     df = df.with_columns(_g=b.str.extract_groups(RE_GLOG), _iso=b.str.extract_groups(RE_ISO_LEAD),
                          _nccl=b.str.extract(RE_NCCL_HOST, 1))
     gf = lambda i: pl.col("_g").struct.field(str(i))  # noqa: E731
-    g_str = pl.concat_str([pl.lit(str(ctx.year)), gf(2), gf(3), gf(4)], separator=" ")
+    g_str = pl.concat_str([_year(ctx), gf(2), gf(3), gf(4)], separator=" ")
     g_ns = _yearless(g_str.str.strptime(pl.Datetime("us"), "%Y %m %d %H:%M:%S", strict=False), ctx) + _frac_ns(gf(5))
     i_time, i_zone = pl.col("_iso").struct.field("1"), pl.col("_iso").struct.field("2")
     i_ns_utc = rfc3339_ns(pl.concat_str([i_time, i_zone.fill_null("")]))
@@ -236,14 +257,14 @@ def parse_job(lines: pl.DataFrame, ctx: ParseContext) -> pl.DataFrame:
             pl.Datetime("ns"), "%Y-%m-%d %H:%M:%S%.f", strict=False)
         i_ns = pl.when(i_zone.is_not_null()).then(i_ns_utc).otherwise(naive_to_utc_ns(i_dt, ctx.tz))
     is_g, is_i = gf(1).is_not_null(), i_time.is_not_null()
-    file_kind = file_source_kind(ctx.file) or SourceKind.JOB.value
+    file_kind = _file_kind(ctx, SourceKind.JOB.value)
     df = df.with_columns(
         has_ts=is_g | is_i,
         ts=pl.when(is_g).then(g_ns).when(is_i).then(i_ns),
         host=short_host(pl.col("_nccl")),
         message=b,
         header=is_g | is_i,
-        source=pl.lit(file_kind),
+        source=file_kind,
         nvrm=pl.lit(False),
     )
     return _base_cols(df)

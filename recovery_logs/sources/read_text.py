@@ -381,9 +381,14 @@ def group_records(p: pl.DataFrame, fmt: str) -> pl.DataFrame:
     """
     body = pl.col("body")
     blank = body.str.strip_chars() == ""
+    many = "_fid" in p.columns     # several files in one frame (read_many): streams never cross files
+    host_ff = pl.col("host").forward_fill().over("_fid") if many else pl.col("host").forward_fill()
+    key = pl.concat_str([host_ff.fill_null(""), pl.col("rank").cast(pl.String).fill_null("")],
+                        separator="|") if fmt != "job" else pl.col("rank").cast(pl.String).fill_null("")
+    if many:
+        key = pl.concat_str([pl.col("_fid").cast(pl.String), key], separator="#")
     p = p.with_columns(
-        key=pl.concat_str([pl.col("host").forward_fill().fill_null(""), pl.col("rank").cast(pl.String).fill_null("")],
-                          separator="|") if fmt != "job" else pl.col("rank").cast(pl.String).fill_null(""),
+        key=key,
         blank=blank,
         ind=body.str.contains(r"^\s") & ~blank & ~pl.col("header").fill_null(False),
     ).with_columns(
@@ -429,7 +434,7 @@ def group_records(p: pl.DataFrame, fmt: str) -> pl.DataFrame:
     return p.select(
         "lineno", "text", "ts", "ts_inferred", "has_ts", "host", "job_id", "source", "rank", "stream_id", "message",
         "cont", "drop", "key", *(["bad_utf8"] if "bad_utf8" in p.columns else []),
-        *(["mismatch"] if "mismatch" in p.columns else []),
+        *(["mismatch"] if "mismatch" in p.columns else []), *(["_fid"] if many else []),
         gfirst=pl.coalesce(pl.when(start).then(pl.col("lineno")).forward_fill().over("key"), pl.col("lineno")))
 
 

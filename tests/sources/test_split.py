@@ -69,7 +69,7 @@ def test_seq_continues_across_batches_and_files():
         nbatches += 1
     assert seqs == list(range(100, 100 + len(seqs)))
     assert len(seqs) == 9 + 9 + 50
-    assert nbatches >= 3   # at least one batch per file (a small file is parsed in one final pass)
+    assert nbatches == 1   # small files are read whole and parsed together (read_many)
 
 
 def test_iter_batches_reads_large_files_in_bounded_chunks(tmp_path):

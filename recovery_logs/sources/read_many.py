@@ -1,0 +1,245 @@
+"""Many small files, one pass: the per-file state of ``TextParser`` carried as columns.
+
+A fleet directory holds thousands of small files (a kernel log, a slurmd log and a job output per
+node). Parsing each with its own ``TextParser`` costs ~80 small Polars operations per file, and
+the per-file fixed cost dominates. ``parse_many`` reads a group of whole files as one frame with a
+``_fid`` column (the file's index in reading order) and the per-file values as columns (year,
+rollover bound and mtime, source kind from the name, dmesg boot time, host and job from the path),
+so the group is parsed by a few large operations: one per format present.
+
+The result is the same as reading each file alone with ``TextParser.feed(data, final=True)``
+(which is the same as any chunking of it): multi-line joining never crosses files (the stream key
+starts with ``_fid``), time inference (forward fill, the head fill) is per file, out-of-order is
+per file (as before), duplicates are found across files in reading order (as before) and ``seq``
+is consecutive in reading order. Quarantine rows come file by file, in line order.
+"""
+
+from __future__ import annotations
+
+import collections
+import re
+import time as _time
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import polars as pl
+
+from recovery_logs.schema import QuarantineReason
+from recovery_logs.sources.formats import ParseContext, file_source_kind, parse_lines
+from recovery_logs.sources.read_common import (
+    MAX_LINE_BYTES,
+    QUARANTINE_RAW_BYTES,
+    Batch,
+    Deduper,
+    Finisher,
+    ReadOptions,
+    cut_raw,
+    empty_quarantine,
+)
+from recovery_logs.sources.read_text import HEAD_HOLD, _decode, _oversized_raw, group_records, path_field
+
+__all__ = ["GROUP_FILES", "SMALL_FILE_BYTES", "WholeFile", "parse_many"]
+
+SMALL_FILE_BYTES = 8 << 20     # a file up to this size (inflated; and up to the chunk size) is read whole
+GROUP_FILES = 20_000           # files per group at most (a group also holds about one chunk of bytes)
+
+_UPTIME = re.compile(rb"^\[\s*(\d+)\.(\d+)\]", re.M)
+
+
+@dataclass
+class WholeFile:
+    """One file read whole: its path, its (inflated) bytes, its mtime and detected format."""
+
+    path: str
+    data: bytes
+    mtime_ns: int
+    fmt: str
+
+
+def _boot_estimate(data: bytes, mtime_ns: int) -> int:
+    """As ``files._dmesg_boot_estimate``: mtime minus the last uptime in the last 64 KiB."""
+    hits = _UPTIME.findall(data[-65536:])
+    if not hits:
+        return mtime_ns
+    sec, frac = hits[-1]
+    return mtime_ns - (int(sec) * 1_000_000_000 + int(frac.ljust(9, b"0")[:9]))
+
+
+def _file_table(files: Sequence[WholeFile], opts: ReadOptions) -> pl.DataFrame:
+    rows = []
+    for fid, f in enumerate(files):
+        year = opts.year or _time.gmtime(f.mtime_ns // 1_000_000_000).tm_year
+        roll = None if opts.year else f.mtime_ns + 2 * 86_400 * 1_000_000_000
+        if f.fmt == "dmesg":
+            boot, binf = (opts.boot_time_ns, False) if opts.boot_time_ns is not None else (
+                _boot_estimate(f.data, f.mtime_ns), True)
+        else:
+            boot, binf = opts.boot_time_ns, False
+        rows.append((fid, str(year), roll, file_source_kind(f.path), boot, binf, f.path,
+                     path_field(f.path, opts.path_host_regex) if opts.path_host_regex else None,
+                     path_field(f.path, opts.path_job_regex) if opts.path_job_regex else None, f.mtime_ns))
+    return pl.DataFrame(rows, orient="row", schema={
+        "_fid": pl.Int64, "_year": pl.String, "_roll": pl.Int64, "_fkind": pl.String, "_boot": pl.Int64,
+        "_binf": pl.Boolean, "_path": pl.String, "_phost": pl.String, "_pjob": pl.String, "_mtime": pl.Int64})
+
+
+def _lines(files: Sequence[WholeFile], stats: collections.Counter, quar: list[pl.DataFrame]) -> pl.DataFrame:
+    """(_fid, lineno, text) of every line of every file, as ``TextParser._split`` makes them."""
+    blobs: list[bytes | None] = []
+    for f in files:
+        d = f.data
+        blobs.append(None if not d else d[:-1] if d.endswith(b"\n") else d)
+        stats["bytes"] += len(d)
+    try:     # valid UTF-8 (the usual case): Arrow validates it without Python strings
+        text = pl.Series("text", blobs, dtype=pl.Binary).cast(pl.String)
+    except pl.exceptions.PolarsError:
+        vals: list[str | None] = []
+        for fid, b in enumerate(blobs):
+            if b is None:
+                vals.append(None)
+                continue
+            s, bad = _decode(b)
+            vals.append(s)
+            if bad:
+                stats["invalid_utf8"] += len(bad)
+                quar.append(pl.DataFrame({"_fid": [fid] * len(bad), "line": [1 + i for i, _ in bad],
+                                          "reason": QuarantineReason.INVALID_UTF8.value,
+                                          "raw": [r[:QUARANTINE_RAW_BYTES] for _, r in bad]}))
+        text = pl.Series("text", vals, dtype=pl.String)
+    df = (pl.DataFrame({"_fid": pl.int_range(0, len(blobs), eager=True, dtype=pl.Int64), "text": text})
+          .filter(pl.col("text").is_not_null())
+          .with_columns(pl.col("text").str.split("\n")).explode("text")
+          .with_columns(lineno=(pl.int_range(1, pl.len() + 1, dtype=pl.Int64)).over("_fid"),
+                        text=pl.col("text").str.strip_suffix("\r")))
+    stats["lines"] += df.height
+    over = df.filter(pl.col("text").str.len_bytes() > MAX_LINE_BYTES)
+    if over.height:
+        stats["oversized"] += over.height
+        quar.append(pl.DataFrame({"_fid": over["_fid"], "line": over["lineno"],
+                                  "reason": QuarantineReason.OVERSIZED.value,
+                                  "raw": [_oversized_raw(t.encode()) for t in over["text"].to_list()]}))
+        df = df.filter(pl.col("text").str.len_bytes() <= MAX_LINE_BYTES)
+    return df.select("_fid", "lineno", "text")
+
+
+def _fill_ids(df: pl.DataFrame, opts: ReadOptions, line_host_first: bool) -> pl.DataFrame:
+    host = pl.col("host")
+    if opts.host is not None:
+        host = pl.lit(opts.host)
+    elif line_host_first:
+        host = pl.coalesce(host, pl.col("_phost"))
+    else:
+        host = pl.coalesce(pl.col("_phost"), host)
+    job = pl.lit(opts.job) if opts.job is not None else pl.coalesce(pl.col("job_id"), pl.col("_pjob"))
+    return df.with_columns(host=host.cast(pl.String), job_id=job.cast(pl.String))
+
+
+def _quarantine_rows(df: pl.DataFrame, reason: str) -> pl.DataFrame:
+    return df.select("_fid", pl.col("lineno").alias("line"), pl.lit(reason).alias("reason"),
+                     cut_raw(pl.col("text")).alias("raw"))
+
+
+def _json_records(parsed: pl.DataFrame, opts: ReadOptions, stats: collections.Counter,
+                  quar: list[pl.DataFrame]) -> pl.DataFrame:
+    parsed = parsed.filter(pl.col("text").str.strip_chars() != "")
+    bad = parsed.filter(pl.col("malformed"))
+    if bad.height:
+        stats["malformed"] += bad.height
+        quar.append(_quarantine_rows(bad, QuarantineReason.MALFORMED.value))
+    ok = _fill_ids(parsed.filter(~pl.col("malformed")), opts, line_host_first=True)
+    return ok.select(
+        "_fid", pl.col("ts"), (~pl.col("ts_inferred")).alias("own_time"), pl.lit(False).alias("bad_ts"),
+        pl.col("text").alias("raw_first"), pl.coalesce(pl.col("stream_id"), pl.col("_path")).alias("ooo_key"),
+        "host", "job_id", "source", pl.col("_path").alias("file"), pl.col("lineno").alias("line"),
+        "stream_id", "rank", "message")
+
+
+def _text_records(whole: pl.DataFrame, fmt: str, opts: ReadOptions, stats: collections.Counter,
+                  quar: list[pl.DataFrame]) -> pl.DataFrame:
+    """``TextParser._text_records`` for whole files (``final=True``), per file through ``_fid``."""
+    parsed = whole.filter(~pl.col("malformed"))
+    if whole.height != parsed.height:
+        bad = whole.filter(pl.col("malformed"))
+        stats["malformed"] += bad.height
+        quar.append(_quarantine_rows(bad, QuarantineReason.MALFORMED.value))
+    g = group_records(parsed, fmt)
+    # time inference, per file: forward fill, then the head fill (the first timed line's time when it is
+    # within the first HEAD_HOLD lines, else the file's mtime)
+    ts_line = pl.when(pl.col("ts").is_not_null()).then(pl.col("lineno"))
+    g = g.join(whole.select("_fid", "_mtime", "_path", "_phost", "_pjob").unique("_fid"), on="_fid", how="left", maintain_order="left")
+    g = g.with_columns(
+        ff=pl.col("ts").forward_fill().over("_fid"),
+        _hl=ts_line.min().over("_fid"),
+        _hts=pl.col("ts").drop_nulls().first().over("_fid"),
+    ).with_columns(ff=pl.col("ff").fill_null(
+        pl.when(pl.col("_hl") <= HEAD_HOLD).then(pl.col("_hts")).otherwise(pl.col("_mtime"))))
+    if "bad_utf8" in g.columns:
+        bu = g.filter(pl.col("bad_utf8"))
+        if bu.height:
+            stats["invalid_utf8"] += bu.height
+            quar.append(_quarantine_rows(bu, QuarantineReason.INVALID_UTF8.value))
+    emit = g.filter(~pl.col("drop"))
+    firsts = emit.filter(~pl.col("cont"))
+    multi = emit.filter(pl.col("cont"))
+    stats["multiline_joined"] += multi.height
+    if multi.height:
+        keys = multi.select("_fid", "gfirst").unique()
+        joined = (emit.join(keys, on=["_fid", "gfirst"], how="semi")
+                  .group_by(["_fid", "gfirst"]).agg(pl.col("message").str.join("\n").alias("_joined")))
+        firsts = firsts.join(joined, on=["_fid", "gfirst"], how="left", maintain_order="left").with_columns(
+            message=pl.coalesce("_joined", "message")).drop("_joined").sort(["_fid", "lineno"])
+    firsts = _fill_ids(firsts, opts, line_host_first=fmt != "job")
+    own = pl.col("ts").is_not_null() & ~pl.col("ts_inferred")
+    return firsts.select(
+        "_fid", pl.coalesce("ts", "ff").alias("ts"), own.alias("own_time"),
+        (pl.col("has_ts") & pl.col("ts").is_null()).alias("bad_ts"),
+        pl.col("text").alias("raw_first"), pl.col("_path").alias("ooo_key"),
+        "host", "job_id", "source", pl.col("_path").alias("file"), pl.col("lineno").alias("line"),
+        "stream_id", "rank", "message")
+
+
+def parse_many(files: Sequence[WholeFile], opts: ReadOptions, seq_start: int,
+               dedup: Deduper) -> tuple[Batch, int]:
+    """Whole text files (in reading order) -> (one Batch, the next seq), as if each file had been
+    read alone, in order."""
+    stats: collections.Counter = collections.Counter(files=len(files))
+    quar: list[pl.DataFrame] = []
+    table = _file_table(files, opts)
+    lines = _lines(files, stats, quar)
+    fmts = [f.fmt for f in files]
+    recs = []
+    for fmt in dict.fromkeys(fmts):
+        fids = [i for i, x in enumerate(fmts) if x == fmt]
+        sub = lines if len(fids) == len(files) else lines.filter(pl.col("_fid").is_in(fids))
+        if sub.height == 0:
+            continue
+        sub = sub.join(table.select("_fid", "_year", "_roll", "_fkind", "_boot", "_binf"), on="_fid", how="left", maintain_order="left")
+        ctx = ParseContext(file="", year=0, tz=opts.tz, host_fields=opts.host_fields, columns=True)
+        parsed = parse_lines(sub, fmt, ctx)
+        parsed = parsed.join(table.select("_fid", "_path", "_phost", "_pjob", "_mtime"), on="_fid", how="left", maintain_order="left")
+        if fmt == "vl-jsonl":
+            recs.append(_json_records(parsed, opts, stats, quar))
+        else:
+            recs.append(_text_records(parsed, fmt, opts, stats, quar))
+    rec = pl.concat(recs, how="vertical_relaxed") if recs else None
+    fin = Finisher("", seq_start, dedup)
+    if rec is not None and rec.height:
+        if len(recs) > 1:
+            rec = rec.sort(["_fid", "line"])
+        paths = table["_path"]
+        events, q = fin.finish(rec.drop("_fid"), stats)
+        if q.height:
+            fid_of = {p: i for i, p in enumerate(paths.to_list())}
+            quar.append(q.with_columns(_fid=pl.col("file").replace_strict(fid_of, return_dtype=pl.Int64))
+                        .select("_fid", "line", "reason", "raw"))
+    else:
+        events = fin.finish(pl.DataFrame(), stats)[0]
+    if quar:
+        q = (pl.concat([x.select(pl.col("_fid").cast(pl.Int64), pl.col("line").cast(pl.Int64), "reason", "raw")
+                        for x in quar])
+             .with_row_index("_o").sort(["_fid", "line", "_o"])
+             .join(table.select("_fid", "_path"), on="_fid", how="left", maintain_order="left")
+             .select(pl.col("_path").alias("file"), "line", "reason", "raw"))
+    else:
+        q = empty_quarantine()
+    return Batch(events, q, stats), fin.next_seq
