@@ -125,5 +125,44 @@ def load_artifact(directory: str | Path, trusted: tuple[str, ...] = TRUSTED_TYPE
     return obj, meta
 
 
-__all__ = ["FORMAT", "MODEL_FILE", "SIDECAR_FILE", "TRUSTED_TYPES", "library_versions", "load_artifact",
-           "read_sidecar", "save_artifact"]
+def attach_file(directory: str | Path, key: str, name: str, data: bytes) -> None:
+    """Write a file derived from the model (e.g. its compiled form) beside it and record it in the
+    sidecar under ``key``: its sha256 and the sha256 of the model file it was derived from."""
+    d = Path(directory)
+    meta = read_sidecar(d)
+    try:
+        (d / name).write_bytes(data)
+        meta[key] = {"file": name, "sha256": _sha256(data), "model_sha256": meta["sha256"]}
+        (d / SIDECAR_FILE).write_text(json.dumps(meta, indent=2, sort_keys=True, default=str) + "\n")
+    except OSError as exc:
+        raise ModelError("model: cannot write the model directory", path=str(d), reason=str(exc)) from exc
+
+
+def read_attached(directory: str | Path, key: str, meta: dict[str, Any] | None = None) -> bytes | None:
+    """The bytes of the file recorded under ``key`` (None when the sidecar has no such entry),
+    after the same checks as ``load_artifact``: the model file matches the sidecar's sha256, the
+    attached file matches its own and was derived from that model file. Nothing is unpickled."""
+    d = Path(directory)
+    meta = meta if meta is not None else read_sidecar(d)
+    entry = meta.get(key)
+    if entry is None:
+        return None
+    if not isinstance(entry, dict) or not isinstance(entry.get("file"), str) or "/" in entry["file"]:
+        raise ModelError("model: sidecar entry is malformed", path=str(d / SIDECAR_FILE), key=key)
+    mp = d / str(meta.get("model_file", MODEL_FILE))
+    p = d / entry["file"]
+    try:
+        model_sha, data = _sha256(mp.read_bytes()), p.read_bytes()
+    except OSError as exc:
+        raise ModelError("model: model file missing or unreadable", path=str(p), reason=str(exc)) from exc
+    if model_sha != meta["sha256"]:
+        raise ModelError("model: checksum mismatch — the model file changed since it was written; refusing it",
+                         path=str(mp), expected=meta["sha256"], got=model_sha)
+    if entry.get("model_sha256") != meta["sha256"] or _sha256(data) != entry.get("sha256"):
+        raise ModelError("model: checksum mismatch — the derived file does not belong to this model; refusing it",
+                         path=str(p), expected=entry.get("sha256"), got=_sha256(data))
+    return data
+
+
+__all__ = ["FORMAT", "MODEL_FILE", "SIDECAR_FILE", "TRUSTED_TYPES", "attach_file", "library_versions",
+           "load_artifact", "read_attached", "read_sidecar", "save_artifact"]

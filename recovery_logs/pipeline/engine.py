@@ -22,7 +22,7 @@ from recovery_logs.attribution import Attributor
 from recovery_logs.config import EngineConfig
 from recovery_logs.detectors.base import DetectContext, Detector
 from recovery_logs.detectors.hangs import HangDetector
-from recovery_logs.detectors.iforest import AnomalyDetector
+from recovery_logs.detectors.anomaly import AnomalyDetector
 from recovery_logs.detectors.rulepack import RulePack, load_packs
 from recovery_logs.detectors.rules import match
 from recovery_logs.detectors.stragglers import StragglerDetector
@@ -43,9 +43,9 @@ from recovery_logs.windows import (
 
 @functools.lru_cache(maxsize=4)
 def _anomaly_detector(models_dir: str | None) -> AnomalyDetector:
-    """Load (and checksum) the shipped model once per process; the detector itself is stateless."""
-
-    return AnomalyDetector.default(Path(models_dir) if models_dir else None)
+    """The shipped model's detector, once per process; the model is loaded (and checksummed) on
+    the first window that needs scoring, from its compiled form (no scikit-learn import)."""
+    return AnomalyDetector.default(Path(models_dir) if models_dir else None, lazy=True)
 
 
 def default_detectors(config: EngineConfig) -> list[Detector]:

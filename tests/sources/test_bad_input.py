@@ -8,7 +8,7 @@ import polars as pl
 import pytest
 
 from recovery_logs.errors import InputError
-from recovery_logs.sources.files import ReadOptions, iter_batches, read_paths
+from recovery_logs.sources.files import ReadOptions, read_paths
 
 LINE = b"Nov 29 14:06:00 gpu-n01 kernel: hello\n"
 
