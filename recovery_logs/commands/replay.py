@@ -43,6 +43,22 @@ def _emit(res, as_json: bool, width: int | None) -> None:
             "wrote " + ", ".join(f"{k}: {v}" for k, v in sorted(res.outputs.items())), style="dim")
 
 
+def _partial_input_exit(res) -> None:
+    """Some input could not be read (or only in part): the report stands, the exit code says so."""
+    s = res.summary
+    if s.get("unreadable") or s.get("truncated"):
+        from rich.console import Console
+
+        from recovery_logs.errors import InputError
+
+        bad = res.quarantine.filter(res.quarantine["reason"].is_in(["unreadable", "truncated"]))
+        names = ", ".join(sorted(set(bad["file"].to_list()))[:5])
+        Console(stderr=True, highlight=False).print(
+            f"warning: {s.get('unreadable', 0)} unreadable and {s.get('truncated', 0)} truncated input file(s), "
+            f"reported in the quarantine: {names}", markup=False, soft_wrap=True)
+        raise typer.Exit(code=InputError.exit_code)
+
+
 def register(app: typer.Typer) -> None:
     @app.command("replay")
     def replay_cmd(
@@ -96,6 +112,7 @@ def register(app: typer.Typer) -> None:
         res = replay([str(p) for p in paths or []], ReplayOptions(read=opts, config=cfg, out_dir=out),
                      batches=batches)
         _emit(res, as_json, width)
+        _partial_input_exit(res)
 
     @app.command("demo")
     def demo_cmd(

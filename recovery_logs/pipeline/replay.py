@@ -28,7 +28,7 @@ from recovery_logs.sources.files import iter_batches
 from recovery_logs.sources.read_common import Batch, ReadOptions
 from recovery_logs.timeutil import ns_to_iso
 
-__all__ = ["COALESCE_ROWS", "QUARANTINE_KEYS", "ReplayOptions", "ReplayResult", "replay"]
+__all__ = ["COALESCE_ROWS", "QUARANTINE_KEYS", "QuarantineKeeper", "ReplayOptions", "ReplayResult", "replay"]
 
 
 @dataclass(frozen=True)
@@ -36,6 +36,8 @@ class ReplayOptions:
     read: ReadOptions | None = None      # None: defaults
     config: EngineConfig = field(default_factory=EngineConfig)
     out_dir: Path | None = None
+    quarantine_cap: int = 10_000         # quarantine rows kept per reason; the rest are only counted
+    progress: Any = None                 # a callable(stats: Counter) called after every batch, or None
 
 
 @dataclass
@@ -61,6 +63,37 @@ QUARANTINE_KEYS = ("malformed", "invalid_utf8", "oversized", "bad_timestamp", "o
                    "format_mismatch")
 
 
+class QuarantineKeeper:
+    """Quarantine rows kept per reason up to a cap; beyond it rows are only counted. A flood of one
+    bad line (a 2 GiB gzip of duplicates) then costs neither memory nor a huge quarantine.jsonl."""
+
+    def __init__(self, cap: int) -> None:
+        self.cap = cap
+        self.kept: Counter[str] = Counter()
+        self.dropped: Counter[str] = Counter()
+        self.parts: list[pl.DataFrame] = []
+
+    def add(self, q: pl.DataFrame) -> None:
+        if q.height == 0:
+            return
+        room: dict[str, int] = {}
+        cut = False
+        for r, n in q.group_by("reason").len().iter_rows():
+            take = min(n, max(0, self.cap - self.kept[r]))
+            room[r] = take
+            self.kept[r] += take
+            self.dropped[r] += n - take
+            cut = cut or take < n
+        if cut:     # the first rows of each reason in this batch, up to what the cap leaves
+            q = q.filter(pl.int_range(pl.len()).over("reason") < pl.col("reason").replace_strict(
+                room, default=0, return_dtype=pl.Int64))
+        if q.height:
+            self.parts.append(own_strings(q))
+
+    def frame(self) -> pl.DataFrame:
+        return pl.concat(self.parts) if self.parts else empty_quarantine()
+
+
 def replay(paths: Sequence[str | Path], options: ReplayOptions | None = None,
            batches: Iterable[Batch] | None = None, engine: Engine | None = None) -> ReplayResult:
     """Read ``paths`` (or the given ``batches``), detect, attribute and plan; record, never act."""
@@ -70,7 +103,7 @@ def replay(paths: Sequence[str | Path], options: ReplayOptions | None = None,
     eng = engine or Engine(opts.config)
     t0 = time.perf_counter()
     stats: Counter[str] = Counter()
-    quarantine: list[pl.DataFrame] = []
+    keeper = QuarantineKeeper(opts.quarantine_cap)
     writer = None
     outputs: dict[str, Path] = {}
     out_dir = Path(opts.out_dir) if opts.out_dir else None
@@ -94,8 +127,9 @@ def replay(paths: Sequence[str | Path], options: ReplayOptions | None = None,
     try:
         for b in source:
             stats.update(b.stats)
-            if b.quarantine.height:
-                quarantine.append(own_strings(b.quarantine))
+            keeper.add(b.quarantine)
+            if opts.progress is not None:
+                opts.progress(stats)
             if b.events.height:   # many small files: coalesce into fewer, larger batches
                 pending.append(b.events)
                 pending_rows += b.events.height
@@ -108,12 +142,14 @@ def replay(paths: Sequence[str | Path], options: ReplayOptions | None = None,
     if eng.stats["events"] == 0:
         raise InputError("no events in the input: nothing to replay",
                          path=", ".join(str(p) for p in paths) or None,
-                         lines=stats.get("lines", 0), quarantined=sum(q.height for q in quarantine))
+                         lines=stats.get("lines", 0), quarantined=sum(keeper.kept.values()),
+                         unreadable=stats.get("unreadable", 0))
     if eng.max_time_ns is not None:
         eng.advance(eng.max_time_ns)
     incidents = eng.incidents(RECORD_ONLY)
-    q = pl.concat(quarantine) if quarantine else empty_quarantine()
+    q = keeper.frame()
     summary = _summary(stats, eng, incidents, q)
+    summary["quarantine_not_kept"] = int(sum(keeper.dropped.values()))
     res = ReplayResult(summary=summary, incidents=incidents, quarantine=q, engine=eng,
                        elapsed_s=time.perf_counter() - t0)
     if out_dir is not None:
@@ -133,6 +169,8 @@ def _summary(stats: Counter[str], eng: Engine, incidents: list[Incident], q: pl.
         "malformed": int(stats.get("malformed", 0)),
         **{k: int(stats.get(k, 0)) for k in QUARANTINE_KEYS if k != "malformed"},
         "quarantined": int(q.height),
+        "unreadable": int(stats.get("unreadable", 0)),
+        "truncated": int(stats.get("truncated", 0)),
         "multiline_joined": int(stats.get("multiline_joined", 0)),
         "time_inferred": int(stats.get("time_inferred", 0)),
         "findings": int(f.height),

@@ -39,7 +39,14 @@ import polars as pl
 
 from recovery_logs.errors import InputError
 from recovery_logs.schema import EVENT_SCHEMA, TIME, QuarantineReason, conform
-from recovery_logs.sources.formats import FORMATS, TEXT_FORMATS, detect_format, vl_columns, vl_frame_to_parsed
+from recovery_logs.sources.formats import (
+    FORMATS,
+    TEXT_FORMATS,
+    detect_format,
+    detect_format_scan,
+    vl_columns,
+    vl_frame_to_parsed,
+)
 from recovery_logs.sources.lineformat import LINE_FORMAT, select_line_format
 from recovery_logs.sources.read_common import (
     DEFAULT_HOST_FIELDS,
@@ -337,6 +344,10 @@ def iter_batches(paths: Sequence[str | Path], opts: ReadOptions = DEFAULT_OPTION
             small = min(SMALL_FILE_BYTES, _chunk_bytes(opts))
             if len(head) == DETECT_BYTES:
                 data = head + _read(fh, small + 1 - len(head), fp, None)
+            if gz and fh.error and not data:
+                raise InputError(f"input: {fh.error}", path=str(fp), line=1)
+            if opts.fmt == "auto" and fmt != LINE_FORMAT:   # the head may be junk: the first region that shows a format decides
+                fmt = detect_format_scan(str(fp), data)
             if len(data) <= small and fmt != LINE_FORMAT:     # site line formats: TextParser, file by file
                 if gz and fh.error:
                     cut = data.rfind(b"\n") + 1
@@ -514,7 +525,20 @@ def _parquet_batches(fp: Path, opts: ReadOptions, seq: int, dedup: Deduper,
         assert isinstance(df, pl.DataFrame)
         st = stats.copy() if row == 0 else collections.Counter()
         st["lines"] += df.height
-        df = _conform_parquet(df, fp)
+        traw = df["time"].cast(pl.String, strict=False)
+        df = _conform_parquet(df, fp).with_columns(
+            line=pl.coalesce("line", pl.int_range(row + 1, row + 1 + df.height, dtype=pl.Int64)))
+        bad_t = df["time"].is_null()
+        quar = []
+        if bad_t.any():     # no usable time: counted and kept aside, never an event with a null time
+            bad = df.with_columns(_traw=traw).filter(bad_t)
+            st["bad_timestamp"] += bad.height
+            quar.append(bad.select(
+                pl.coalesce("file", pl.lit(str(fp))).alias("file"), "line",
+                pl.lit(QuarantineReason.BAD_TIMESTAMP.value).alias("reason"),
+                pl.concat_str([pl.lit("time="), pl.col("_traw").fill_null("null"), pl.lit(" message="),
+                               pl.col("message").fill_null("")]).str.slice(0, 4096).alias("raw")))
+            df = df.filter(~bad_t)
         if opts.host is not None:
             df = df.with_columns(host=pl.lit(opts.host))
         if opts.job is not None:
@@ -525,12 +549,11 @@ def _parquet_batches(fp: Path, opts: ReadOptions, seq: int, dedup: Deduper,
             bad_ts=pl.lit(False), raw_first=pl.col("message").str.slice(0, 4096),
             ooo_key=pl.coalesce("stream_id", pl.lit(str(fp))),
             file=pl.coalesce("file", pl.lit(str(fp))),
-            line=pl.coalesce("line", pl.int_range(row + 1, row + 1 + df.height, dtype=pl.Int64)),
         )
-        row += df.height
+        row += traw.len()
         events, q = fin.finish(rec, st)
         st["_next_seq"] = fin.next_seq
-        yield Batch(events, q, st)
+        yield Batch(events, pl.concat([*quar, q]) if quar else q, st)
     if row == 0:
         st = stats.copy()
         st["_next_seq"] = fin.next_seq

@@ -433,6 +433,17 @@ def detect_format(path: str, head: bytes) -> str:
 
     Returns one of ``FORMATS``. Content wins over the name; the name decides ties and empty heads.
     """
+    return _detect(path, head)[0]
+
+
+def _clean(line: str) -> bool:
+    """A line that can be evidence of a format when scanning past junk: long enough, no control
+    bytes, no invalid UTF-8 (binary junk has short runs of printable bytes between newlines)."""
+    return len(line) >= 16 and not any((ch < " " and ch != "\t") or ch == "\ufffd" for ch in line)
+
+
+def _detect(path: str, head: bytes, strict: bool = False) -> tuple[str, bool]:
+    """(format, decided by content) — False when only the name or the default decided."""
     name = PurePath(path).name.lower()
     if head[:2] == b"\x1f\x8b":
         try:
@@ -441,9 +452,9 @@ def detect_format(path: str, head: bytes) -> str:
             head = b""
         name = name.removesuffix(".gz")
     if head[:4] == b"PAR1" or name.endswith(".parquet"):
-        return "parquet"
+        return "parquet", True
     text = head.decode("utf-8", errors="replace")
-    sample = [ln for ln in text.splitlines()[:-1] or text.splitlines() if ln.strip()][:40]
+    sample = [ln for ln in text.splitlines()[:-1] or text.splitlines() if ln.strip() and (not strict or _clean(ln))][:40]
     if sample:
         js = [ln for ln in sample if ln.lstrip().startswith("{")]
         if len(js) * 2 >= len(sample):
@@ -454,20 +465,43 @@ def detect_format(path: str, head: bytes) -> str:
                     continue
                 if isinstance(obj, dict):
                     if "__REALTIME_TIMESTAMP" in obj or "__CURSOR" in obj or "MESSAGE" in obj:
-                        return "journald"
-                    return "vl-jsonl"
-            return "vl-jsonl"
+                        return "journald", True
+                    return "vl-jsonl", True
+            return "vl-jsonl", True
         n = len(sample)
         sys_hits = sum(bool(_R3164.match(s) or _R5424.match(s) or _RISO.match(s)) for s in sample)
         dm_hits = sum(bool(_RDMESG.match(s)) for s in sample)
         if sys_hits * 2 >= n and sys_hits >= dm_hits:
-            return "syslog"
+            return "syslog", True
         if dm_hits * 2 >= n:
-            return "dmesg"
+            return "dmesg", True
     if name.endswith((".jsonl", ".ndjson")):
-        return "vl-jsonl"
+        return "vl-jsonl", False
     if not sample and _SYSLOG_NAMES.search(name):
-        return "syslog"
+        return "syslog", False
     if not sample and _DMESG_NAMES.search(name):
-        return "dmesg"
-    return "job"
+        return "dmesg", False
+    return "job", any(_clean(ln) for ln in sample)     # junk-only heads decide nothing
+
+
+DETECT_REGION = 64 * 1024
+DETECT_SCAN_BYTES = 16 << 20
+
+
+def detect_format_scan(path: str, data: bytes) -> str:
+    """``detect_format`` region by region: when the first 64 KiB hold no recognisable line (binary
+    junk, a corrupt head), the next regions (up to 16 MiB) are looked at, and the first one whose
+    content decides names the format. ``data`` is plain (inflated) bytes."""
+    fmt, strong = _detect(path, data[:DETECT_REGION])
+    if strong or len(data) <= DETECT_REGION:
+        return fmt
+    off = DETECT_REGION
+    end = min(len(data), DETECT_SCAN_BYTES)
+    while off < end:
+        region = data[off: off + DETECT_REGION]
+        nl = region.find(b"\n")
+        f, ok = _detect(path, region[nl + 1:] if nl >= 0 else region, strict=True)
+        if ok:
+            return f
+        off += DETECT_REGION
+    return fmt

@@ -65,3 +65,40 @@ def test_package_reexports_the_notebook_api():
 
     assert set(api.__all__) <= set(recovery_logs.__all__)
     assert recovery_logs.incidents_frame is api.incidents_frame
+
+
+def test_replay_goes_on_past_an_unreadable_file_and_says_so_in_its_exit_code(tmp_path, capsys):
+    import json as _json
+
+    from recovery_logs.cli import main as _main
+
+    d = tmp_path / "logs"
+    (d / "nodes" / "gpu-n01").mkdir(parents=True)
+    (d / "nodes" / "gpu-n01" / "kern.log").write_text(
+        "Nov 29 14:06:05 gpu-n01 kernel: NVRM: Xid (PCI:0000:18:00): 79, pid=1, GPU has fallen off the bus.\n")
+    (d / "nodes" / "gpu-n02.log.gz").write_bytes(b"\x1f\x8b\x08\x00" + b"\xff" * 64)
+    rc = _main(["replay", str(d), "--year", "2026", "--json", "--out", str(tmp_path / "out")])
+    out = capsys.readouterr()
+    assert rc == 4
+    res = _json.loads(out.out)
+    assert res["summary"]["unreadable"] == 1 and res["incidents"][0]["node"] == "gpu-n01"
+    assert "gpu-n02.log.gz" in out.err
+    q = [_json.loads(x) for x in (tmp_path / "out" / "quarantine.jsonl").read_text().splitlines()]
+    assert [r["reason"] for r in q] == ["unreadable"]
+
+
+def test_quarantine_is_capped_per_reason_and_the_rest_counted(tmp_path):
+    import polars as pl
+
+    from recovery_logs.pipeline import ReplayOptions, replay
+    from recovery_logs.sources.files import ReadOptions
+
+    p = tmp_path / "kern.log"
+    p.write_bytes(b"Nov 29 14:06:05 n1 kernel: NVRM: Xid (PCI:0000:18:00): 79, pid=1, GPU has fallen off the bus.\n" * 5000
+                  + b"Nov 29 14:06:0x n1 kernel: bad time\n" * 30)
+    r = replay([p], ReplayOptions(read=ReadOptions(year=2026), quarantine_cap=100))
+    assert r.summary["duplicates"] == 4999 and r.summary["bad_timestamp"] == 30
+    counts = dict(r.quarantine.group_by("reason").len().iter_rows())
+    assert counts == {"duplicate": 100, "bad_timestamp": 30}
+    assert r.summary["quarantine_not_kept"] == 4899 and r.summary["quarantined"] == 130
+    assert r.quarantine.filter(pl.col("reason") == "duplicate")["line"].to_list() == list(range(2, 102))

@@ -202,3 +202,44 @@ def test_file_that_cannot_be_opened_names_the_path(tmp_path):
         assert ei.value.path == str(p)
     finally:
         s.close()
+
+
+def test_parquet_rows_without_a_usable_time_are_counted_and_quarantined(tmp_path):
+    p = tmp_path / "events.parquet"
+    pl.DataFrame({"time": ["2026-11-29T14:06:00Z", "yesterday", None, "2026-11-29T14:06:01.5Z"],
+                  "message": ["a", "b", "c", "d"], "host": ["n1"] * 4}).write_parquet(p)
+    r = read_paths([p])
+    assert r.events["message"].to_list() == ["a", "d"]
+    assert r.events["time"].null_count() == 0
+    assert r.stats["bad_timestamp"] == 2
+    q = r.quarantine.sort("line")
+    assert q["line"].to_list() == [2, 3] and set(q["reason"]) == {"bad_timestamp"}
+    assert q["raw"][0] == "time=yesterday message=b"
+
+
+def test_one_unreadable_file_in_a_directory_is_reported_and_the_others_are_read(tmp_path):
+    (tmp_path / "nodes" / "gpu-n01").mkdir(parents=True)
+    (tmp_path / "nodes" / "gpu-n01" / "kern.log").write_text(
+        "Nov 29 14:06:05 gpu-n01 kernel: NVRM: Xid (PCI:0000:18:00): 79, pid=1, GPU has fallen off the bus.\n")
+    bad = tmp_path / "nodes" / "gpu-n02.log.gz"
+    bad.write_bytes(b"\x1f\x8b\x08\x00" + b"\xff" * 64)          # not inflatable at all
+    (tmp_path / "zz.parquet").write_bytes(b"PAR1 not really parquet PAR1")
+    r = read_paths([tmp_path], ReadOptions(year=2026))
+    assert r.events["host"].to_list() == ["gpu-n01"]
+    assert r.stats["unreadable"] == 2
+    q = r.quarantine.filter(pl.col("reason") == "unreadable").sort("file")
+    assert q["file"].to_list() == [str(bad), str(tmp_path / "zz.parquet")]
+    assert "gzip" in q["raw"][0] and "Parquet" in q["raw"][1]
+
+
+def test_a_fault_line_after_binary_junk_keeps_its_host_and_time(tmp_path):
+    import random
+    rnd = random.Random(5)
+    junk = bytes(rnd.randrange(256) for _ in range(1 << 20))
+    p = tmp_path / "node.log"
+    p.write_bytes(junk + b"\nNov 29 14:06:05 gpu-n07 kernel: NVRM: Xid (PCI:0000:18:00): 79, pid=1, GPU has fallen off the bus.\n")
+    r = read_paths([p], ReadOptions(year=2026))
+    hit = r.events.filter(pl.col("message").str.contains("Xid"))
+    assert hit["host"].to_list() == ["gpu-n07"]
+    assert hit["time_inferred"].to_list() == [False]
+    assert str(hit["time"][0]).startswith("2026-11-29 14:06:05")
