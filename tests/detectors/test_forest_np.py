@@ -50,7 +50,7 @@ def test_any_fitted_forest_compiles_to_identical_scores(max_features):
 
 def test_detector_on_the_compiled_model_equals_the_skops_model(shipped):
     from recovery_logs.api import bundled_incident, bundled_read_options
-    from recovery_logs.pipeline import ReplayOptions, replay
+    from recovery_logs.pipeline.replay import ReplayOptions, replay
 
     res = replay([str(bundled_incident("xid79_nccl_cascade"))],
                  ReplayOptions(read=bundled_read_options("xid79_nccl_cascade")))
@@ -81,7 +81,7 @@ def test_a_tampered_compiled_file_is_refused(tmp_path, shipped):
 
 def test_replay_of_the_demo_never_imports_scikit_learn():
     code = ("import sys\nfrom recovery_logs.api import bundled_incident, bundled_read_options\n"
-            "from recovery_logs.pipeline import ReplayOptions, replay\n"
+            "from recovery_logs.pipeline.replay import ReplayOptions, replay\n"
             "r = replay([str(bundled_incident('xid79_nccl_cascade'))], "
             "ReplayOptions(read=bundled_read_options('xid79_nccl_cascade')))\n"
             "assert r.incidents\n"

@@ -90,7 +90,7 @@ def test_replay_goes_on_past_an_unreadable_file_and_says_so_in_its_exit_code(tmp
 def test_quarantine_is_capped_per_reason_and_the_rest_counted(tmp_path):
     import polars as pl
 
-    from recovery_logs.pipeline import ReplayOptions, replay
+    from recovery_logs.pipeline.replay import ReplayOptions, replay
     from recovery_logs.sources.files import ReadOptions
 
     p = tmp_path / "kern.log"
