@@ -57,7 +57,7 @@ from recovery_logs.remediation.policy import (
 from recovery_logs.schema import TIME, SchemaDict
 from recovery_logs.timeutil import NS, iso_to_ns, ns_to_iso
 
-__all__ = ["DECISION_SCHEMA", "BacktestOptions", "BacktestResult", "Case", "backtest", "grade_against_truth",
+__all__ = ["DECISION_SCHEMA", "BacktestOptions", "BacktestResult", "Case", "backtest", "count_cases", "grade_against_truth",
            "load_cases", "max_concurrent", "rows_with_iso_times", "run_backtest"]
 
 
@@ -104,7 +104,13 @@ def _case_dirs(p: Path) -> list[tuple[str, list[Path], Path | None]]:
     return [(d.name, [d], d) for d in dirs] if dirs else [(p.name, [p], None)]
 
 
-def load_cases(data: Sequence[str | Path], config: EngineConfig | None = None) -> list[Case]:
+def count_cases(data: Sequence[str | Path]) -> int:
+    """How many cases ``load_cases`` will replay (for a progress bar)."""
+    return sum(len(_case_dirs(Path(p))) for p in data)
+
+
+def load_cases(data: Sequence[str | Path], config: EngineConfig | None = None,
+               on_case: Any = None) -> list[Case]:
     """Replay every case under ``data`` (record only) and keep what a backtest needs."""
 
     if not data:
@@ -127,6 +133,8 @@ def load_cases(data: Sequence[str | Path], config: EngineConfig | None = None) -
             hosts = frozenset((truth or {}).get("nodes") or res.engine.windows["host"].drop_nulls().unique().to_list())
             cases.append(Case(name if n == 0 else f"{name}#{n}", tuple(paths), truth,
                               tuple(incident_dicts(res)), iso_to_ns(first) if first else None, hosts))
+            if on_case is not None:    # progress: one case replayed
+                on_case(cases[-1])
     return cases
 
 
@@ -348,7 +356,7 @@ class BacktestResult:
 
 
 def run_backtest(policy_file: str | Path | None, data: Sequence[str | Path], options: BacktestOptions | None = None,
-                 outcomes: pl.DataFrame | None = None) -> BacktestResult:
+                 outcomes: pl.DataFrame | None = None, on_case: Any = None) -> BacktestResult:
     """Load the policy (its ``[promotion]`` table becomes the gate unless ``options.gate`` is set),
     replay ``data`` and backtest."""
 
@@ -358,6 +366,6 @@ def run_backtest(policy_file: str | Path | None, data: Sequence[str | Path], opt
     policy = load_policy(Path(policy_file) if policy_file is not None else None)
     if opts.gate is None:
         opts = replace(opts, gate=PromotionGate.from_policy(policy))
-    return backtest(load_cases(data, opts.config), policy, opts, outcomes)
+    return backtest(load_cases(data, opts.config, on_case), policy, opts, outcomes)
 
 

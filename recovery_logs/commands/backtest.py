@@ -33,6 +33,8 @@ def register(app: typer.Typer) -> None:
         cluster_nodes: Annotated[int, typer.Option("--cluster-nodes", help="0: policy, else nodes seen")] = 0,
         drain_hold: Annotated[str | None, typer.Option("--drain-hold", help="how long a drain lasts")] = None,
         width: Annotated[int | None, typer.Option("--width", help="terminal width")] = None,
+        progress: Annotated[bool | None, typer.Option("--progress/--no-progress",
+                                                      help="progress bar (default: only on a terminal)")] = None,
     ) -> None:
         """Replay history under a policy (never touches a cluster): proposals per rule and action,
         budget/breaker/cooldown hits, nodes drained at once, and how many proposals were right."""
@@ -42,7 +44,11 @@ def register(app: typer.Typer) -> None:
         opts = BacktestOptions(spacing_s=parse_duration_s(spacing) if spacing else None, mode=mode,
                                gate=_gate(min_precision, min_incidents), cluster_nodes=cluster_nodes,
                                drain_hold_s=parse_duration_s(drain_hold) if drain_hold else None)
-        res = run_backtest(policy, data, opts)
+        from recovery_logs.analysis.backtest import count_cases
+        from recovery_logs.commands._progress import ProgressBar, wanted
+
+        with ProgressBar(wanted(progress), "backtest", total=count_cases(data), unit="cases") as bar:
+            res = run_backtest(policy, data, opts, on_case=lambda c: bar.advance(1, c.name))
         if as_json:
             sys.stdout.write(res.to_json() + "\n")
             return

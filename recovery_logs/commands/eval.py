@@ -77,6 +77,8 @@ def register(app: typer.Typer) -> None:
         allow_unclean_healthy: Annotated[bool, typer.Option("--allow-unclean-healthy",
                                                             help="do not fail on disruptive proposals in quiet runs")] = False,
         width: Annotated[int | None, typer.Option("--width", help="terminal width")] = None,
+        progress: Annotated[bool | None, typer.Option("--progress/--no-progress",
+                                                      help="progress bar (default: only on a terminal)")] = None,
     ) -> None:
         """Replay every scenario in DIRECTORY, score it against truth.json; exit 1 when a floor is missed.
 
@@ -105,11 +107,16 @@ def register(app: typer.Typer) -> None:
                            require_healthy_clean=not allow_unclean_healthy, max_errors=max_errors)
         err = Console(stderr=True, width=width, highlight=False)
 
-        def note(s) -> None:
-            if s.error:
-                err.print(f"[yellow]eval: {s.name}: {s.error}[/]")
+        from recovery_logs.analysis.truth import scenario_dirs
+        from recovery_logs.commands._progress import ProgressBar, wanted
 
-        report = evaluate_engine(directory, opts, on_score=note)
+        with ProgressBar(wanted(progress), "eval", total=len(scenario_dirs(directory)), unit="scenarios") as bar:
+            def note(s) -> None:
+                bar.advance(1, s.name)
+                if s.error:
+                    err.print(f"[yellow]eval: {s.name}: {s.error}[/]")
+
+            report = evaluate_engine(directory, opts, on_score=note)
         if as_json:
             sys.stdout.write(json.dumps(report.to_dict(), indent=2) + "\n")
         else:

@@ -82,6 +82,8 @@ def register(app: typer.Typer) -> None:
         start: Annotated[str | None, typer.Option("--start", help="RFC3339 start (with --source)")] = None,
         end: Annotated[str | None, typer.Option("--end", help="RFC3339 end (with --source)")] = None,
         width: Annotated[int | None, typer.Option("--width", help="terminal width for the report")] = None,
+        progress: Annotated[bool | None, typer.Option("--progress/--no-progress",
+                                                      help="progress bar on stderr (default: only on a terminal)")] = None,
     ) -> None:
         """Replay historical logs: ranked incidents with evidence and recorded (never executed) actions."""
         from recovery_logs.config import load_config
@@ -109,8 +111,13 @@ def register(app: typer.Typer) -> None:
             batches = history_batches(parse_url(source), query, iso_to_ns(start), iso_to_ns(end), opts)
         elif not paths:
             raise ConfigError("nothing to replay: give log PATHs or --source victorialogs://HOST:PORT")
-        res = replay([str(p) for p in paths or []], ReplayOptions(read=opts, config=cfg, out_dir=out),
-                     batches=batches)
+        from recovery_logs.commands._progress import ProgressBar, input_size, wanted
+
+        names = [str(p) for p in paths or []]
+        on = wanted(progress)
+        with ProgressBar(on, "replay", total=input_size(names) if on and names else None) as bar:
+            res = replay(names, ReplayOptions(read=opts, config=cfg, out_dir=out, progress=bar.stats),
+                         batches=batches)
         _emit(res, as_json, width)
         _partial_input_exit(res)
 

@@ -21,6 +21,8 @@ def register(app: typer.Typer) -> None:
         fmt: Annotated[str, typer.Option("--format", help="text | vl-jsonl | both")] = "text",
         to: Annotated[str | None, typer.Option("--to", help="also push to victorialogs://HOST:PORT")] = None,
         list_only: Annotated[bool, typer.Option("--list", help="list scenario names and exit")] = False,
+        progress: Annotated[bool | None, typer.Option("--progress/--no-progress",
+                                                      help="progress bar (default: only on a terminal)")] = None,
     ) -> None:
         """Simulate a multi-node training job with injected faults; writes logs and truth.json."""
         from recovery_logs.errors import ConfigError
@@ -44,11 +46,17 @@ def register(app: typer.Typer) -> None:
         opts = SimOptions(out=out, scenario=scenario, seed=seed, nodes=nodes, gpus_per_node=gpus_per_node,
                           duration_s=duration_s, format=fmt, to=to)
 
-        def show(r) -> None:
-            typer.echo(f"{r.scenario:<22} {r.lines:>11,d} lines {r.bytes / 1e6:>9.1f} MB {r.seconds:>7.2f}s "
-                       f"{r.lines_per_s:>12,.0f} lines/s  -> {r.path}")
+        from recovery_logs.commands._progress import ProgressBar, wanted
+        from recovery_logs.simulate.generate import resolve_scenarios
 
-        results = simulate(opts, on_result=show)
+        with ProgressBar(wanted(progress), "simulate", total=len(resolve_scenarios(scenario)),
+                         unit="scenarios") as bar:
+            def show(r) -> None:
+                bar.advance(1, r.scenario)
+                typer.echo(f"{r.scenario:<22} {r.lines:>11,d} lines {r.bytes / 1e6:>9.1f} MB {r.seconds:>7.2f}s "
+                           f"{r.lines_per_s:>12,.0f} lines/s  -> {r.path}")
+
+            results = simulate(opts, on_result=show)
         total = sum(r.lines for r in results)
         secs = sum(r.seconds for r in results)
         typer.echo(f"{len(results)} scenario(s), {total:,d} lines in {secs:.2f}s "

@@ -25,10 +25,10 @@ import numpy as np
 import polars as pl
 
 from recovery_logs.detectors.base import DetectContext, synthetic_findings, upto
-from recovery_logs.detectors.forest_np import NumpyForest
-from recovery_logs.errors import ModelError
 from recovery_logs.detectors.features import PIPELINE_FEATURES, pipeline_features, window_ns
+from recovery_logs.detectors.forest_np import NumpyForest
 from recovery_logs.detectors.modelio import read_attached, read_sidecar
+from recovery_logs.errors import ModelError
 from recovery_logs.schema import empty_findings
 from recovery_logs.timeutil import ns_to_iso
 

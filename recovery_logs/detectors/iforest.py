@@ -37,8 +37,8 @@ from recovery_logs.detectors.anomaly import (
     fill_from_sidecar,
 )
 from recovery_logs.detectors.forest_np import compile_forest
-from recovery_logs.errors import ModelError, TrainingDataError
 from recovery_logs.detectors.modelio import attach_file, load_artifact, save_artifact
+from recovery_logs.errors import ModelError, TrainingDataError
 
 log = logging.getLogger(__name__)
 

@@ -20,9 +20,9 @@ import polars as pl
 
 from recovery_logs.attribution import Attributor
 from recovery_logs.config import EngineConfig
+from recovery_logs.detectors.anomaly import AnomalyDetector
 from recovery_logs.detectors.base import DetectContext, Detector
 from recovery_logs.detectors.hangs import HangDetector
-from recovery_logs.detectors.anomaly import AnomalyDetector
 from recovery_logs.detectors.rulepack import RulePack, load_packs
 from recovery_logs.detectors.rules import match
 from recovery_logs.detectors.stragglers import StragglerDetector

@@ -295,7 +295,7 @@ def iter_batches(paths: Sequence[str | Path], opts: ReadOptions = DEFAULT_OPTION
 
     def flush_group() -> Iterator[Batch]:
         nonlocal seq, group_bytes, extra
-        if not group and not group_quar:
+        if not group and not group_quar and not extra:
             return
         if group:
             b, seq = parse_many(group, opts, seq, dedup)
@@ -320,7 +320,8 @@ def iter_batches(paths: Sequence[str | Path], opts: ReadOptions = DEFAULT_OPTION
             continue
         try:
             try:
-                mtime_ns = os.stat(fp).st_mtime_ns
+                st = os.stat(fp)
+                mtime_ns = st.st_mtime_ns
                 head = _read(fh, DETECT_BYTES, fp, 1)
             except OSError as exc:
                 raise InputError(f"input: cannot read the file ({exc.strerror or exc})", path=str(fp)) from exc
@@ -330,7 +331,7 @@ def iter_batches(paths: Sequence[str | Path], opts: ReadOptions = DEFAULT_OPTION
             if fmt == "parquet":
                 fh.close()
                 yield from flush_group()
-                stats = collections.Counter(files=1)
+                stats = collections.Counter(files=1, input_bytes=st.st_size)
                 for b in _parquet_batches(fp, opts, seq, dedup, stats):
                     seq = b.stats.pop("_next_seq")
                     yield b
@@ -354,6 +355,7 @@ def iter_batches(paths: Sequence[str | Path], opts: ReadOptions = DEFAULT_OPTION
                     group_quar.append(_truncated(fp, data.count(b"\n") + 1, data[cut:], fh.error, extra))
                     data = data[:cut]
                 group.append(WholeFile(str(fp), data, mtime_ns, fmt))
+                extra["input_bytes"] += st.st_size
                 readable += 1
                 group_bytes += len(data)
                 if group_bytes >= _chunk_bytes(opts) or len(group) >= GROUP_FILES:
@@ -362,6 +364,7 @@ def iter_batches(paths: Sequence[str | Path], opts: ReadOptions = DEFAULT_OPTION
             yield from flush_group()
             box = [seq]
             yield from _stream_file(fp, fh, gz, fmt, data, mtime_ns, opts, box, dedup)
+            extra["input_bytes"] += st.st_size
             seq = box[0]
             readable += 1
         except InputError as exc:
@@ -508,7 +511,7 @@ def _raw_json(r: object) -> str:
 # --- Parquet -----------------------------------------------------------------------------------
 def _parquet_batches(fp: Path, opts: ReadOptions, seq: int, dedup: Deduper,
                      stats: collections.Counter) -> Iterator[Batch]:
-    import pyarrow.parquet as pq   # heavy (~0.2 s to import): only when a Parquet file is read
+    import pyarrow.parquet as pq  # heavy (~0.2 s to import): only when a Parquet file is read
 
     try:
         pf = pq.ParquetFile(fp)

@@ -102,3 +102,17 @@ def test_quarantine_is_capped_per_reason_and_the_rest_counted(tmp_path):
     assert counts == {"duplicate": 100, "bad_timestamp": 30}
     assert r.summary["quarantine_not_kept"] == 4899 and r.summary["quarantined"] == 130
     assert r.quarantine.filter(pl.col("reason") == "duplicate")["line"].to_list() == list(range(2, 102))
+
+
+def test_progress_bar_only_on_a_terminal_or_when_asked(capsys):
+    from recovery_logs.api import bundled_incident
+    from recovery_logs.cli import main as _main
+
+    d = str(bundled_incident("xid79_nccl_cascade"))
+    assert _main(["replay", d, "--year", "2026", "--json"]) == 0
+    quiet = capsys.readouterr()
+    assert quiet.err == ""                                  # not a terminal: nothing
+    assert _main(["replay", d, "--year", "2026", "--json", "--progress"]) == 0
+    asked = capsys.readouterr()
+    assert "replay" in asked.err and "lines/s" in asked.err and "ETA" in asked.err
+    assert asked.out == quiet.out                           # stdout (the JSON contract) is untouched

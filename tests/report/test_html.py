@@ -64,3 +64,25 @@ def test_unwritable_out_dir_is_a_config_error(xid79, tmp_path):
     blocker.write_text("x")
     with pytest.raises(ConfigError, match="cannot write"):
         write_html_report(xid79, blocker / "sub")
+
+
+def test_timeline_thins_a_flood_of_progress_markers_to_one_per_pixel_and_keeps_the_count():
+    import time as _time
+
+    from recovery_logs.report.html import timeline_figure
+    from recovery_logs.schema import FINDING_SCHEMA, conform
+
+    n = 200_000
+    t0 = 1_795_948_020_000_000_000
+    f = conform(pl.DataFrame({
+        "time": pl.Series(t0 + pl.int_range(0, n, eager=True) * 17_000_000).cast(pl.Datetime("ns")).dt.replace_time_zone("UTC"),
+        "host": [f"gpu-n{i % 4:02d}" for i in range(n)], "role": ["progress"] * n, "category": ["progress"] * n,
+    }), FINDING_SCHEMA)
+    t = _time.perf_counter()
+    fig = timeline_figure(f, [])
+    built = _time.perf_counter() - t
+    pts = sum(len(c.get_offsets()) for c in fig.axes[0].collections)
+    assert 4 <= pts <= 4 * 1100 + 4          # at most one marker per node per pixel column
+    labels = [t.get_text() for t in fig.axes[0].get_legend().get_texts()]
+    assert labels == [f"progress ({n})"]
+    assert built < 30                          # not a timing test: a sanity bound on a loaded machine
