@@ -241,7 +241,8 @@ class AnomalyDetector:
 
     def detect(self, findings: pl.DataFrame, windows: pl.DataFrame, ctx: DetectContext) -> pl.DataFrame:
         wn = window_ns(self.window)
-        scored = self.score_windows(findings, windows, ctx.scored_until)   # closed windows only
+        # closed windows only; by default only windows no rule explains can be reported: only those are scored
+        scored = self.score_windows(findings, windows, ctx.scored_until, only_unexplained=not self.supporting)
         if scored.is_empty():
             return empty_findings()
         hit = scored.filter(pl.col("flagged"))

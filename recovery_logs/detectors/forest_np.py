@@ -67,33 +67,52 @@ class NumpyForest:
         self._subsample = bool(a["subsample"][0])
         self._denominator = float(a["denominator"][0])
         no, fo = a["node_offset"], a["feat_offset"]
-        self._trees = []
-        for i in range(len(no) - 1):
+        # every tree in one node array: child indices shifted by the tree's offset, so one loop
+        # walks all trees at once (rows x trees), ~10x fewer numpy calls than tree by tree
+        off = np.repeat(no[:-1], np.diff(no))
+        inner = a["left"] != -1
+        self._left = np.where(inner, a["left"] + off, -1)
+        self._right = np.where(inner, a["right"] + off, -1)
+        self._threshold = a["threshold"]
+        self._path, self._avg = a["path"], a["avg"]
+        self._roots = no[:-1].astype(np.int64)
+        self._depth = int(np.diff(no).max()) if len(no) > 1 else 0
+        n_trees = len(no) - 1
+        feats = [a["feat_idx"][int(fo[i]):int(fo[i + 1])] for i in range(n_trees)]
+        # a node's feature as a column of the full input (a tree may see a subset of the features)
+        col = np.zeros(len(a["feature"]), dtype=np.int64)
+        for i in range(n_trees):
             s = slice(int(no[i]), int(no[i + 1]))
-            self._trees.append((a["left"][s], a["right"][s], a["feature"][s], a["threshold"][s], a["path"][s],
-                                a["avg"][s], a["feat_idx"][int(fo[i]):int(fo[i + 1])]))
+            f = a["feature"][s]
+            col[s] = np.where(f >= 0, feats[i][np.clip(f, 0, None)] if self._subsample else f, 0)
+        self._col = col
+        self._inner = inner
 
-    @staticmethod
-    def _apply(x: np.ndarray, left: np.ndarray, right: np.ndarray, feature: np.ndarray,
-               threshold: np.ndarray) -> np.ndarray:
-        node = np.zeros(x.shape[0], dtype=np.int64)
-        rows = np.arange(x.shape[0])
-        while True:
-            inner = left[node] != -1
+    def _leaves(self, x: np.ndarray) -> np.ndarray:
+        """Leaf node index (global) per row and tree: ``Tree.apply`` of every tree at once."""
+        n, t = x.shape[0], len(self._roots)
+        node = np.broadcast_to(self._roots, (n, t)).copy()
+        rows = np.arange(n)[:, None]
+        for _ in range(self._depth + 1):
+            inner = self._inner[node]
             if not inner.any():
-                return node
-            f = np.where(inner, feature[node], 0)
-            go_left = x[rows, f] <= threshold[node]
-            node = np.where(inner, np.where(go_left, left[node], right[node]), node)
+                break
+            go_left = x[rows, self._col[node]] <= self._threshold[node]
+            node = np.where(inner, np.where(go_left, self._left[node], self._right[node]), node)
+        return node
 
     def score_samples(self, m: np.ndarray) -> np.ndarray:
         """scikit-learn's ``IsolationForest.score_samples`` (negative: lower = more anomalous)."""
         x = np.asarray(m, dtype=np.float32)
         depths = np.zeros(x.shape[0], order="f")
-        for left, right, feature, threshold, path, avg, feats in self._trees:
-            xs = x[:, feats] if self._subsample else x
-            leaves = self._apply(xs, left, right, feature, threshold)
-            depths += path[leaves] + avg[leaves] - 1.0
+        for lo in range(0, x.shape[0], 4096):        # rows are independent: bounded memory per chunk
+            sl = slice(lo, lo + 4096)
+            leaves = self._leaves(x[sl])
+            contrib = self._path[leaves] + self._avg[leaves] - 1.0     # rows x trees, as sklearn per tree
+            d = depths[sl]
+            for j in range(contrib.shape[1]):                          # summed in tree order, like sklearn
+                d += contrib[:, j]
+            depths[sl] = d
         d = self._denominator
         scores = 2 ** (-np.divide(depths, d, out=np.ones_like(depths), where=d != 0))
         return -scores

@@ -325,7 +325,9 @@ def iter_batches(paths: Sequence[str | Path], opts: ReadOptions = DEFAULT_OPTION
                 head = _read(fh, DETECT_BYTES, fp, 1)
             except OSError as exc:
                 raise InputError(f"input: cannot read the file ({exc.strerror or exc})", path=str(fp)) from exc
-            fmt = opts.fmt if opts.fmt != "auto" else detect_format(str(fp), head)
+            # Parquet is known from its head; a text format is detected below, over the data read
+            fmt = opts.fmt if opts.fmt != "auto" else (
+                "parquet" if head[:4] == b"PAR1" or fp.name.lower().endswith(".parquet") else "job")
             if select_line_format(opts.line_formats, str(fp)) is not None:
                 fmt = LINE_FORMAT    # a site line format fits this path: it reads the file (TextParser)
             if fmt == "parquet":

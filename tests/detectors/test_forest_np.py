@@ -30,7 +30,7 @@ def test_shipped_model_has_a_compiled_form_that_matches_it(shipped):
     lo = np.nan_to_num(np.asarray(shipped.feature_lo_), neginf=-5.0)
     hi = np.nan_to_num(np.asarray(shipped.feature_hi_), posinf=50.0)
     for scale in (0.0, 0.5, 1.0, 3.0):
-        m = lo + (hi - lo) * rng.uniform(-scale, 1 + scale, size=(3000, len(lo)))
+        m = lo + (hi - lo) * rng.uniform(-scale, 1 + scale, size=(5000, len(lo)))   # > one 4096-row chunk
         m[::7] = np.round(m[::7])                 # integers sit on split thresholds
         want = shipped.forest_.score_samples(m)
         assert np.array_equal(comp.forest_.score_samples(m), want)
