@@ -90,6 +90,7 @@ class BacktestOptions:
     drain_hold_s: float | None = None
     cluster_nodes: int = 0
     config: EngineConfig = field(default_factory=EngineConfig)
+    read: Any = None          # sources.files.ReadOptions for every case (e.g. an archive's since/until/nodes)
 
     def __post_init__(self) -> None:
         if self.spacing_s is not None and self.spacing_s <= 0:
@@ -110,7 +111,7 @@ def count_cases(data: Sequence[str | Path]) -> int:
 
 
 def load_cases(data: Sequence[str | Path], config: EngineConfig | None = None,
-               on_case: Any = None) -> list[Case]:
+               on_case: Any = None, read: Any = None) -> list[Case]:
     """Replay every case under ``data`` (record only) and keep what a backtest needs."""
 
     if not data:
@@ -126,7 +127,7 @@ def load_cases(data: Sequence[str | Path], config: EngineConfig | None = None,
         for name, paths, tdir in _case_dirs(p):
             n = seen.get(name, 0)
             seen[name] = n + 1
-            res = replay(paths, ReplayOptions(config=cfg), engine=Engine(cfg, pack=pack))
+            res = replay(paths, ReplayOptions(config=cfg, read=read), engine=Engine(cfg, pack=pack))
             first = res.summary.get("first_event")
             truth = load_truth(tdir) if tdir else None
             # the job's nodes when the truth names them (logs also carry controller hosts)
@@ -366,6 +367,6 @@ def run_backtest(policy_file: str | Path | None, data: Sequence[str | Path], opt
     policy = load_policy(Path(policy_file) if policy_file is not None else None)
     if opts.gate is None:
         opts = replace(opts, gate=PromotionGate.from_policy(policy))
-    return backtest(load_cases(data, opts.config, on_case), policy, opts, outcomes)
+    return backtest(load_cases(data, opts.config, on_case, opts.read), policy, opts, outcomes)
 
 

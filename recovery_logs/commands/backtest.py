@@ -33,17 +33,23 @@ def register(app: typer.Typer) -> None:
         cluster_nodes: Annotated[int, typer.Option("--cluster-nodes", help="0: policy, else nodes seen")] = 0,
         drain_hold: Annotated[str | None, typer.Option("--drain-hold", help="how long a drain lasts")] = None,
         width: Annotated[int | None, typer.Option("--width", help="terminal width")] = None,
+        since: Annotated[str | None, typer.Option("--since", help="archive input: RFC3339 start (inclusive)")] = None,
+        until: Annotated[str | None, typer.Option("--until", help="archive input: RFC3339 end (exclusive)")] = None,
+        nodes: Annotated[str | None, typer.Option("--nodes", help="archive input: only these nodes (a,b,c)")] = None,
         progress: Annotated[bool | None, typer.Option("--progress/--no-progress",
                                                       help="progress bar (default: only on a terminal)")] = None,
     ) -> None:
         """Replay history under a policy (never touches a cluster): proposals per rule and action,
         budget/breaker/cooldown hits, nodes drained at once, and how many proposals were right."""
         from recovery_logs.analysis.backtest import BacktestOptions, run_backtest
+        from recovery_logs.commands.replay import _read_options
         from recovery_logs.timeutil import parse_duration_s
 
         opts = BacktestOptions(spacing_s=parse_duration_s(spacing) if spacing else None, mode=mode,
                                gate=_gate(min_precision, min_incidents), cluster_nodes=cluster_nodes,
-                               drain_hold_s=parse_duration_s(drain_hold) if drain_hold else None)
+                               drain_hold_s=parse_duration_s(drain_hold) if drain_hold else None,
+                               read=_read_options("auto", None, None, None, None, since=since, until=until, nodes=nodes)
+                               if (since or until or nodes) else None)
         from recovery_logs.analysis.backtest import count_cases
         from recovery_logs.commands._progress import ProgressBar, wanted
 

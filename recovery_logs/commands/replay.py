@@ -12,7 +12,8 @@ DEFAULT_DEMO = "xid79_nccl_cascade"
 
 
 def _read_options(fmt: str, host: str | None, job: str | None, year: int | None, boot_time: str | None,
-                  line_formats: tuple = ()):
+                  line_formats: tuple = (), since: str | None = None, until: str | None = None,
+                  nodes: str | None = None):
     from recovery_logs.errors import ConfigError
     from recovery_logs.sources.files import ReadOptions
     from recovery_logs.timeutil import iso_to_ns
@@ -26,7 +27,15 @@ def _read_options(fmt: str, host: str | None, job: str | None, year: int | None,
             boot_ns = iso_to_ns(boot_time)
         except ValueError as exc:
             raise ConfigError("--boot-time must be RFC3339", value=boot_time) from exc
-    return ReadOptions(fmt=fmt, host=host, job=job, year=year, boot_time_ns=boot_ns, line_formats=line_formats)
+    rng: list[int | None] = []
+    for flag, v in (("--since", since), ("--until", until)):
+        try:
+            rng.append(iso_to_ns(v) if v else None)
+        except ValueError as exc:
+            raise ConfigError(f"{flag} must be RFC3339", value=v) from exc
+    node_set = frozenset(n.strip() for n in nodes.split(",") if n.strip()) if nodes else None
+    return ReadOptions(fmt=fmt, host=host, job=job, year=year, boot_time_ns=boot_ns, line_formats=line_formats,
+                       nodes=node_set, since_ns=rng[0], until_ns=rng[1])
 
 
 def _emit(res, as_json: bool, width: int | None) -> None:
@@ -82,6 +91,9 @@ def register(app: typer.Typer) -> None:
         start: Annotated[str | None, typer.Option("--start", help="RFC3339 start (with --source)")] = None,
         end: Annotated[str | None, typer.Option("--end", help="RFC3339 end (with --source)")] = None,
         width: Annotated[int | None, typer.Option("--width", help="terminal width for the report")] = None,
+        since: Annotated[str | None, typer.Option("--since", help="archive input: RFC3339 start (inclusive)")] = None,
+        until: Annotated[str | None, typer.Option("--until", help="archive input: RFC3339 end (exclusive)")] = None,
+        nodes: Annotated[str | None, typer.Option("--nodes", help="archive input: only these nodes (a,b,c)")] = None,
         progress: Annotated[bool | None, typer.Option("--progress/--no-progress",
                                                       help="progress bar on stderr (default: only on a terminal)")] = None,
     ) -> None:
@@ -97,7 +109,7 @@ def register(app: typer.Typer) -> None:
                 raise ConfigError("--rules-dir is not a directory", path=str(rules_dir))
             cfg = cfg.with_(rules_dir=rules_dir)
         line_formats = line_formats_from_cli(line_format, time_format, config, fmt)
-        opts = _read_options(fmt, host, job, year, boot_time, line_formats)
+        opts = _read_options(fmt, host, job, year, boot_time, line_formats, since, until, nodes)
         batches = None
         if source:
             if paths:

@@ -39,6 +39,7 @@ import polars as pl
 
 from recovery_logs.errors import InputError
 from recovery_logs.schema import EVENT_SCHEMA, TIME, QuarantineReason, conform
+from recovery_logs.sources.archive import archive_batches, is_archive
 from recovery_logs.sources.formats import (
     FORMATS,
     TEXT_FORMATS,
@@ -281,6 +282,13 @@ def iter_batches(paths: Sequence[str | Path], opts: ReadOptions = DEFAULT_OPTION
     file's error is raised. Each batch's ``stats`` counts only that batch; sum them for a total."""
     if opts.fmt not in ("auto", *FORMATS):
         raise InputError(f"input: unknown format {opts.fmt!r}; use auto or one of {', '.join(FORMATS)}")
+    archives = [p for p in paths if is_archive(p)]
+    if archives:
+        if len(paths) > 1:
+            raise InputError("input: an archive is read on its own (not with other inputs)",
+                             path=", ".join(str(p) for p in paths))
+        yield from archive_batches(Path(archives[0]), opts)
+        return
     files, skipped = expand_paths(paths)
     dedup = Deduper(enabled=opts.dedupe)
     seq = seq_start

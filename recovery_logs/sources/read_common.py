@@ -81,6 +81,11 @@ class ReadOptions:
     dedupe: bool = True          # drop exact duplicates (same host, own time, message)
     # site line formats (sources.lineformat.LineFormat): the first whose path glob fits a file reads it
     line_formats: tuple[Any, ...] = ()
+    # archives (``sources.archive``): read only events in [since_ns, until_ns) and on these nodes;
+    # partitions (day, node) outside are never opened
+    since_ns: int | None = None
+    until_ns: int | None = None
+    nodes: frozenset[str] | None = None
 
 
 def empty_quarantine() -> pl.DataFrame:
