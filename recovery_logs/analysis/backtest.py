@@ -44,6 +44,7 @@ from recovery_logs.errors import ConfigError, InputError
 from recovery_logs.frames import incident_dicts, root_rule, rows_frame
 from recovery_logs.pipeline.engine import Engine
 from recovery_logs.pipeline.replay import ReplayOptions, replay
+from recovery_logs.pipeline.scale import replay_sharded
 from recovery_logs.remediation.gate import PromotionGate
 from recovery_logs.remediation.grading import grade_proposals, outcomes_from_incidents
 from recovery_logs.remediation.policy import (
@@ -91,6 +92,8 @@ class BacktestOptions:
     cluster_nodes: int = 0
     config: EngineConfig = field(default_factory=EngineConfig)
     read: Any = None          # sources.files.ReadOptions for every case (e.g. an archive's since/until/nodes)
+    workers: int | None = None        # replay each case on Ray (pipeline.scale): same result
+    ray_address: str | None = None
 
     def __post_init__(self) -> None:
         if self.spacing_s is not None and self.spacing_s <= 0:
@@ -111,7 +114,7 @@ def count_cases(data: Sequence[str | Path]) -> int:
 
 
 def load_cases(data: Sequence[str | Path], config: EngineConfig | None = None,
-               on_case: Any = None, read: Any = None) -> list[Case]:
+               on_case: Any = None, read: Any = None, scale: tuple[int | None, str | None] = (None, None)) -> list[Case]:
     """Replay every case under ``data`` (record only) and keep what a backtest needs."""
 
     if not data:
@@ -127,7 +130,10 @@ def load_cases(data: Sequence[str | Path], config: EngineConfig | None = None,
         for name, paths, tdir in _case_dirs(p):
             n = seen.get(name, 0)
             seen[name] = n + 1
-            res = replay(paths, ReplayOptions(config=cfg, read=read), engine=Engine(cfg, pack=pack))
+            if scale != (None, None):
+                res = replay_sharded(paths, ReplayOptions(config=cfg, read=read), workers=scale[0], address=scale[1])
+            else:
+                res = replay(paths, ReplayOptions(config=cfg, read=read), engine=Engine(cfg, pack=pack))
             first = res.summary.get("first_event")
             truth = load_truth(tdir) if tdir else None
             # the job's nodes when the truth names them (logs also carry controller hosts)
@@ -367,6 +373,7 @@ def run_backtest(policy_file: str | Path | None, data: Sequence[str | Path], opt
     policy = load_policy(Path(policy_file) if policy_file is not None else None)
     if opts.gate is None:
         opts = replace(opts, gate=PromotionGate.from_policy(policy))
-    return backtest(load_cases(data, opts.config, on_case, opts.read), policy, opts, outcomes)
+    return backtest(load_cases(data, opts.config, on_case, opts.read, (opts.workers, opts.ray_address)),
+                    policy, opts, outcomes)
 
 

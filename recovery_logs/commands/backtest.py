@@ -33,6 +33,8 @@ def register(app: typer.Typer) -> None:
         cluster_nodes: Annotated[int, typer.Option("--cluster-nodes", help="0: policy, else nodes seen")] = 0,
         drain_hold: Annotated[str | None, typer.Option("--drain-hold", help="how long a drain lasts")] = None,
         width: Annotated[int | None, typer.Option("--width", help="terminal width")] = None,
+        workers: Annotated[int | None, typer.Option("--workers", help="replay on N local Ray workers ([scale])")] = None,
+        ray_address: Annotated[str | None, typer.Option("--ray-address", help="use an existing Ray cluster")] = None,
         since: Annotated[str | None, typer.Option("--since", help="archive input: RFC3339 start (inclusive)")] = None,
         until: Annotated[str | None, typer.Option("--until", help="archive input: RFC3339 end (exclusive)")] = None,
         nodes: Annotated[str | None, typer.Option("--nodes", help="archive input: only these nodes (a,b,c)")] = None,
@@ -48,8 +50,9 @@ def register(app: typer.Typer) -> None:
         opts = BacktestOptions(spacing_s=parse_duration_s(spacing) if spacing else None, mode=mode,
                                gate=_gate(min_precision, min_incidents), cluster_nodes=cluster_nodes,
                                drain_hold_s=parse_duration_s(drain_hold) if drain_hold else None,
-                               read=_read_options("auto", None, None, None, None, since=since, until=until, nodes=nodes)
-                               if (since or until or nodes) else None)
+                               read=_read_options("auto", None, None, None, None, since=since, until=until,
+                                                  nodes=nodes) if (since or until or nodes) else None,
+                               workers=workers, ray_address=ray_address)
         from recovery_logs.analysis.backtest import count_cases
         from recovery_logs.commands._progress import ProgressBar, wanted
 

@@ -96,6 +96,9 @@ def register(app: typer.Typer) -> None:
         nodes: Annotated[str | None, typer.Option("--nodes", help="archive input: only these nodes (a,b,c)")] = None,
         progress: Annotated[bool | None, typer.Option("--progress/--no-progress",
                                                       help="progress bar on stderr (default: only on a terminal)")] = None,
+        workers: Annotated[int | None, typer.Option("--workers", help="read and match on N local Ray workers "
+                                                    "(pip install 'recovery-logs[scale]'); same result")] = None,
+        ray_address: Annotated[str | None, typer.Option("--ray-address", help="use an existing Ray cluster")] = None,
     ) -> None:
         """Replay historical logs: ranked incidents with evidence and recorded (never executed) actions."""
         from recovery_logs.config import load_config
@@ -128,8 +131,15 @@ def register(app: typer.Typer) -> None:
         names = [str(p) for p in paths or []]
         on = wanted(progress)
         with ProgressBar(on, "replay", total=input_size(names) if on and names else None) as bar:
-            res = replay(names, ReplayOptions(read=opts, config=cfg, out_dir=out, progress=bar.stats),
-                         batches=batches)
+            ropts = ReplayOptions(read=opts, config=cfg, out_dir=out, progress=bar.stats)
+            if workers is not None or ray_address is not None:
+                if batches is not None:
+                    raise ConfigError("--workers/--ray-address read files; --source is read in one process")
+                from recovery_logs.pipeline.scale import replay_sharded
+
+                res = replay_sharded(names, ropts, workers=workers, address=ray_address)
+            else:
+                res = replay(names, ropts, batches=batches)
         _emit(res, as_json, width)
         _partial_input_exit(res)
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import functools
 from collections import Counter
 from collections.abc import Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -64,6 +64,36 @@ def default_detectors(config: EngineConfig) -> list[Detector]:
     return out
 
 
+@dataclass
+class EnginePart:
+    """What one batch (or several, merged) adds to an Engine's state: built by ``Engine.partial``
+    anywhere (a Ray worker), folded in by ``Engine.absorb``. ``feed`` = ``absorb(partial(...))``."""
+
+    findings: pl.DataFrame
+    windows: pl.DataFrame
+    spans: pl.DataFrame
+    addresses: dict[str, tuple[int, str]]      # NCCL ip -> (first time ns, host), the earliest
+    max_time_ns: int | None
+    events: int
+
+    def merge(self, other: EnginePart) -> EnginePart:
+        """Both parts as one (associative; ``self`` read before ``other``)."""
+        addr = dict(self.addresses)
+        for ip, th in other.addresses.items():
+            if ip not in addr or th < addr[ip]:
+                addr[ip] = th
+        mx = [t for t in (self.max_time_ns, other.max_time_ns) if t is not None]
+        return EnginePart(pl.concat([self.findings, other.findings]), merge_windows(self.windows, other.windows),
+                          merge_spans(self.spans, other.spans), addr, max(mx) if mx else None,
+                          self.events + other.events)
+
+    def shift_seq(self, offset: int) -> EnginePart:
+        """The part as if its events had been read after ``offset`` others (global ``seq``)."""
+        if not offset:
+            return self
+        return replace(self, findings=self.findings.with_columns(pl.col("seq") + offset))
+
+
 class Engine:
     """Accumulates evidence from event batches and ranks incidents on demand."""
 
@@ -94,23 +124,44 @@ class Engine:
     # -- input -------------------------------------------------------------------------------
     def feed(self, events: pl.DataFrame) -> pl.DataFrame:
         """Match rules on one batch and fold it into the state. Returns the batch's findings."""
-
         check_events(events, "engine.feed")
         if events.height == 0:
             return empty_findings()
+        part = self.partial(events)
+        self.absorb(part)
+        return part.findings
+
+    def partial(self, events: pl.DataFrame) -> EnginePart:
+        """What ``events`` add to the state, without touching it (pure: rules, windows, spans)."""
         found = match(events, self.pack)
         if found.height:
             found = own_strings(subject_host(fill_gpu(found)))
+        addr: dict[str, tuple[int, str]] = {}
+        for h, ip, t in nccl_addresses(events):
+            if ip not in addr or (t, h) < addr[ip]:
+                addr[ip] = (t, h)
+        tmax = events.select(pl.col("time").max().dt.epoch("ns")).item()
+        return EnginePart(found, window_counts(events, found, self.config.window_s), job_spans(events), addr,
+                          tmax, events.height)
+
+    def absorb(self, part: EnginePart) -> None:
+        """Fold a part (from ``partial``, here or in a worker) into the state."""
+        found = part.findings
+        if found.height:
             self._chunks.append(found)
             self._findings_cache = None
             self._progress_rows += found.filter(pl.col("category") == "progress").height
-        self.windows = merge_windows(self.windows, window_counts(events, found, self.config.window_s))
-        self.spans = merge_spans(self.spans, job_spans(events))
-        self._learn_addresses(events)
-        tmax = events.select(pl.col("time").max().dt.epoch("ns")).item()
+        self.windows = merge_windows(self.windows, part.windows)
+        self.spans = merge_spans(self.spans, part.spans)
+        for ip, (t, h) in part.addresses.items():
+            prev = self._addr_first.get(ip)
+            if prev is None or t < prev or (t == prev and h < self.addr_hosts[ip]):
+                self._addr_first[ip] = t
+                self.addr_hosts[ip] = h
+        tmax = part.max_time_ns
         if tmax is not None:
             self.max_time_ns = tmax if self.max_time_ns is None else max(self.max_time_ns, tmax)
-        self.stats["events"] += events.height
+        self.stats["events"] += part.events
         self.stats["findings"] += found.height
         cfg = self.config
         if self._progress_rows > cfg.progress_compact_rows and self.max_time_ns is not None:
@@ -124,13 +175,6 @@ class Engine:
         live run catching up decides as a replay does. None: nothing is behind."""
         self.watermark_ns = watermark_ns if self.watermark_ns is None else max(self.watermark_ns, watermark_ns)
         self.closed_ns = closed_ns
-
-    def _learn_addresses(self, events: pl.DataFrame) -> None:
-        for h, ip, t in nccl_addresses(events):
-            prev = self._addr_first.get(ip)
-            if prev is None or t < prev or (t == prev and h < self.addr_hosts[ip]):
-                self._addr_first[ip] = t
-                self.addr_hosts[ip] = h
 
     # -- state -------------------------------------------------------------------------------
     @property
@@ -259,4 +303,4 @@ class Engine:
         return [replace(i, actions=plan(i, self.config, decision)) for i in incs]
 
 
-__all__ = ["Engine", "default_detectors"]
+__all__ = ["Engine", "EnginePart", "default_detectors"]

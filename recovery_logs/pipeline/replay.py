@@ -28,7 +28,8 @@ from recovery_logs.sources.files import iter_batches
 from recovery_logs.sources.read_common import Batch, ReadOptions
 from recovery_logs.timeutil import ns_to_iso
 
-__all__ = ["COALESCE_ROWS", "QUARANTINE_KEYS", "QuarantineKeeper", "ReplayOptions", "ReplayResult", "replay"]
+__all__ = ["COALESCE_ROWS", "QUARANTINE_KEYS", "QuarantineKeeper", "ReplayOptions", "ReplayResult", "finish_replay",
+           "replay"]
 
 
 @dataclass(frozen=True)
@@ -105,7 +106,6 @@ def replay(paths: Sequence[str | Path], options: ReplayOptions | None = None,
     stats: Counter[str] = Counter()
     keeper = QuarantineKeeper(opts.quarantine_cap)
     writer = None
-    outputs: dict[str, Path] = {}
     out_dir = Path(opts.out_dir) if opts.out_dir else None
     if out_dir is not None:
         prepare_out_dir(out_dir)
@@ -139,6 +139,13 @@ def replay(paths: Sequence[str | Path], options: ReplayOptions | None = None,
     finally:
         if writer is not None:
             writer.close()
+    return finish_replay(eng, stats, keeper, paths, out_dir, t0)
+
+
+def finish_replay(eng: Engine, stats: Counter[str], keeper: QuarantineKeeper, paths: Sequence[str | Path],
+                  out_dir: Path | None, t0: float) -> ReplayResult:
+    """Everything read is in ``eng``: rank incidents, summarise, write the outputs (shared with the
+    sharded replay of ``pipeline.scale``)."""
     if eng.stats["events"] == 0:
         raise InputError("no events in the input: nothing to replay",
                          path=", ".join(str(p) for p in paths) or None,
@@ -154,7 +161,8 @@ def replay(paths: Sequence[str | Path], options: ReplayOptions | None = None,
                        elapsed_s=time.perf_counter() - t0)
     if out_dir is not None:
         outputs = write_outputs(res, out_dir)
-        outputs["events"] = out_dir / "events.parquet"
+        if (out_dir / "events.parquet").exists():
+            outputs["events"] = out_dir / "events.parquet"
         res.outputs = outputs
     return res
 

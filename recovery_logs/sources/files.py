@@ -272,7 +272,8 @@ def _truncated(fp: Path, line: int, partial: bytes, why: str, stats: collections
     return quarantine_frame(str(fp), [line], QuarantineReason.TRUNCATED.value, [raw[:4096]])
 
 
-def iter_batches(paths: Sequence[str | Path], opts: ReadOptions = DEFAULT_OPTIONS, seq_start: int = 0) -> Iterator[Batch]:
+def iter_batches(paths: Sequence[str | Path], opts: ReadOptions = DEFAULT_OPTIONS, seq_start: int = 0,
+                 *, all_unreadable_raises: bool = True) -> Iterator[Batch]:
     """Read ``paths`` batch by batch (about ``opts.batch_lines`` lines each); memory stays bounded.
 
     Small files (up to ``read_many.SMALL_FILE_BYTES``) are read whole and parsed in groups, many
@@ -386,7 +387,7 @@ def iter_batches(paths: Sequence[str | Path], opts: ReadOptions = DEFAULT_OPTION
         finally:
             fh.close()
     yield from flush_group()
-    if errors and not readable:
+    if errors and not readable and all_unreadable_raises:
         raise errors[0]
 
 
