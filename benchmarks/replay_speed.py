@@ -139,6 +139,32 @@ def bench_python_re(files: list[Path], patterns: list[str]) -> tuple[float, int]
     return time.perf_counter() - t, hits
 
 
+def bench_stages_child(paths: list[str]) -> dict:
+    """Per-stage split in a child process: read+parse (iter_batches), rule matching (Engine.partial
+    on the same batches) and the rest (windows/detectors/attribution = end to end minus both)."""
+    code = (
+        "import json,sys,time\n"
+        "import polars as pl\n"
+        "from recovery_logs.sources.files import iter_batches, ReadOptions\n"
+        "from recovery_logs.detectors.rules import match\n"
+        "from recovery_logs.detectors.rulepack import load_packs\n"
+        "pack=load_packs(); t=time.perf_counter(); evs=[]\n"
+        "for b in iter_batches(sys.argv[1:], ReadOptions()):\n"
+        "    evs.append(b.events)\n"
+        "read=time.perf_counter()-t; ev=pl.concat(evs); t=time.perf_counter()\n"
+        "n=0\n"
+        "for i in range(0, ev.height, 200000):\n"
+        "    n+=match(ev.slice(i,200000), pack).height\n"
+        "m=time.perf_counter()-t\n"
+        "print(json.dumps({'read_s':read,'match_s':m,'findings':n}))\n"
+    )
+    p = subprocess.run([sys.executable, "-c", code, *paths], capture_output=True, text=True, check=False,
+                       env={**os.environ, "POLARS_MAX_THREADS": os.environ.get("POLARS_MAX_THREADS", "2")})
+    if p.returncode != 0:
+        raise SystemExit(f"stages failed: {p.stderr[-2000:]}")
+    return json.loads(p.stdout.strip().splitlines()[-1])
+
+
 def bench_replay_child(paths: list[str]) -> dict:
     """Run replay in a child process; return its wall time, peak RSS and summary."""
     code = (
@@ -185,6 +211,12 @@ def main() -> None:
     print(f"ratio replay/ripgrep lines/s:  {rg_s / rep['elapsed_s']:.2f}x")
     print(f"ratio replay/python-re lines/s: {py_s / rep['elapsed_s']:.2f}x")
     print(f"replay: {rep['events']:,} events, {rep['incidents']} incidents, peak RSS {rep['peak_rss_mb']:.0f} MB")
+    st = bench_stages_child([str(args.out / f"lines-{full}")])
+    rest = max(0.0, rep["elapsed_s"] - st["read_s"] - st["match_s"])
+    print(f"per stage (share of end to end): read+parse {st['read_s']:.2f} s ({st['read_s'] / rep['elapsed_s']:.0%}), "
+          f"rule matching {st['match_s']:.2f} s ({st['match_s'] / rep['elapsed_s']:.0%}), "
+          f"windows/detectors/attribution {rest:.2f} s ({rest / rep['elapsed_s']:.0%}); "
+          f"read+parse alone vs ripgrep: {rg_s / st['read_s']:.2f}x")
     if not args.no_memory:
         print("memory vs input size (replay peak RSS):")
         for n in sorted(results):
