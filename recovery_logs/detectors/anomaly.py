@@ -27,7 +27,7 @@ import polars as pl
 from recovery_logs.detectors.base import DetectContext, synthetic_findings, upto
 from recovery_logs.detectors.features import PIPELINE_FEATURES, pipeline_features, window_ns
 from recovery_logs.detectors.forest_np import NumpyForest
-from recovery_logs.detectors.modelio import read_attached, read_sidecar
+from recovery_logs.detectors.modelio import load_artifact, read_attached, read_sidecar
 from recovery_logs.errors import ModelError
 from recovery_logs.schema import empty_findings
 from recovery_logs.timeutil import ns_to_iso
@@ -46,6 +46,16 @@ class WindowScoring:
 
     Needs ``forest_`` (``score_samples`` as scikit-learn's, negative), ``features_``,
     ``threshold_``, ``feature_median_``, ``feature_scale_``, ``feature_lo_``, ``feature_hi_``."""
+
+    forest_: Any
+    features_: list[str]
+    threshold_: float
+    n_train_: int
+    constant_features_: list[str]
+    feature_median_: list[float]
+    feature_scale_: list[float]
+    feature_lo_: list[float]
+    feature_hi_: list[float]
 
     def _matrix(self, X: pl.DataFrame, features: list[str], err: type[ModelError]) -> np.ndarray:
         missing = [c for c in features if c not in X.columns]
@@ -77,11 +87,11 @@ class WindowScoring:
         features, whose range depends on each job's logging cadence, not on node health)."""
         self._check_fitted()
         if X.height == 0:
-            return np.zeros(0, dtype=bool)
+            return np.zeros(0, dtype=np.bool_)
         m = self._matrix(X, self.features_, ModelError)
         out = (m < np.asarray(self.feature_lo_)) | (m > np.asarray(self.feature_hi_))
         if only is not None:
-            keep = np.asarray([f in set(only) for f in self.features_], dtype=bool)
+            keep = np.asarray([f in set(only) for f in self.features_], dtype=np.bool_)
             out = out[:, keep]
         return out.any(axis=1)  # type: ignore[return-value]  # numpy: an array for 2-d input
 
@@ -128,7 +138,8 @@ def fill_from_sidecar(est: Any, forest: Any, meta: dict[str, Any], directory: st
 
 
 class CompiledWindowModel(WindowScoring):
-    """A ``WindowIsolationForest`` loaded from its compiled ``forest.npz`` (no scikit-learn)."""
+    """A fitted ``WindowIsolationForest`` for scoring only: its compiled ``forest.npz`` (no
+    scikit-learn), or, where a model directory has none, its skops forest."""
 
     @classmethod
     def load(cls, directory: str | Path) -> CompiledWindowModel | None:
@@ -149,15 +160,16 @@ class CompiledWindowModel(WindowScoring):
 
 
 def load_model(directory: str | Path) -> Any:
-    """The compiled model when the directory has one, else the skops estimator."""
+    """The compiled model when the directory has one, else the same scoring over the skops forest
+    (``modelio.load_artifact``: checksum and trusted types first; imports scikit-learn)."""
     m = CompiledWindowModel.load(directory)
     if m is not None:
         return m
-    from recovery_logs.detectors.iforest import (
-        WindowIsolationForest,  # heavy (scikit-learn): only without forest.npz
-    )
-
-    return WindowIsolationForest.load(directory)
+    forest, meta = load_artifact(directory)
+    if meta.get("kind") != "window_isolation_forest" or type(forest).__name__ != "IsolationForest":
+        raise ModelError("anomaly model: the file is not a window isolation forest", path=str(directory),
+                         kind=meta.get("kind"))
+    return fill_from_sidecar(CompiledWindowModel(), forest, meta, directory)
 
 
 def default_models_dir() -> Path:

@@ -50,7 +50,7 @@ def compile_forest(forest: Any) -> bytes:
               "n_features_in": np.asarray([forest.n_features_in_], dtype=np.int64),
               "subsample": np.asarray([forest._max_features != forest.n_features_in_])}
     buf = io.BytesIO()
-    np.savez(buf, **arrays)
+    np.savez(buf, **arrays)  # type: ignore[arg-type]  # numpy stubs: keyword arrays
     return buf.getvalue()
 
 
@@ -104,15 +104,15 @@ class NumpyForest:
     def score_samples(self, m: np.ndarray) -> np.ndarray:
         """scikit-learn's ``IsolationForest.score_samples`` (negative: lower = more anomalous)."""
         x = np.asarray(m, dtype=np.float32)
-        depths = np.zeros(x.shape[0], order="f")
+        depths = np.zeros(x.shape[0], dtype=np.float64, order="F")
         for lo in range(0, x.shape[0], 4096):        # rows are independent: bounded memory per chunk
             sl = slice(lo, lo + 4096)
             leaves = self._leaves(x[sl])
             contrib = self._path[leaves] + self._avg[leaves] - 1.0     # rows x trees, as sklearn per tree
-            d = depths[sl]
+            part = depths[sl]
             for j in range(contrib.shape[1]):                          # summed in tree order, like sklearn
-                d += contrib[:, j]
-            depths[sl] = d
-        d = self._denominator
-        scores = 2 ** (-np.divide(depths, d, out=np.ones_like(depths), where=d != 0))
+                part += contrib[:, j]
+            depths[sl] = part
+        den = self._denominator
+        scores = 2 ** (-np.divide(depths, den, out=np.ones_like(depths), where=den != 0))
         return -scores

@@ -166,7 +166,6 @@ class Engine:
         cfg = self.config
         if self._progress_rows > cfg.progress_compact_rows and self.max_time_ns is not None:
             self.compact(self.max_time_ns - int(cfg.progress_retention_s * 1e9))
-        return found
 
     def advance(self, watermark_ns: int, closed_ns: int | None = None) -> None:
         """Move the event-time clock (never backwards). ``closed_ns``: while a live reader is still

@@ -138,7 +138,8 @@ def replay_sharded(paths: Sequence[str | Path], options: ReplayOptions | None = 
     refs = [task.remote(files, read, cfg, opts.quarantine_cap) for files in shards]
     eng = Engine(opts.config)
     stats: Counter[str] = Counter(skipped=skipped) if skipped else Counter()
-    quar, dropped = [], Counter()
+    quar: list[pl.DataFrame] = []
+    dropped: Counter[str] = Counter()
     offset = 0
     for ref in refs:                 # in shard order: seq and quarantine stay in reading order
         part, st, q, kept, drop = ray.get(ref)

@@ -70,11 +70,10 @@ def _file_table(files: Sequence[WholeFile], opts: ReadOptions) -> pl.DataFrame:
     for fid, f in enumerate(files):
         year = opts.year or _time.gmtime(f.mtime_ns // 1_000_000_000).tm_year
         roll = None if opts.year else f.mtime_ns + 2 * 86_400 * 1_000_000_000
-        if f.fmt == "dmesg":
-            boot, binf = (opts.boot_time_ns, False) if opts.boot_time_ns is not None else (
-                _boot_estimate(f.data, f.mtime_ns), True)
-        else:
-            boot, binf = opts.boot_time_ns, False
+        boot: int | None = opts.boot_time_ns
+        binf = False
+        if f.fmt == "dmesg" and boot is None:
+            boot, binf = _boot_estimate(f.data, f.mtime_ns), True
         rows.append((fid, str(year), roll, file_source_kind(f.path), boot, binf, f.path,
                      path_field(f.path, opts.path_host_regex) if opts.path_host_regex else None,
                      path_field(f.path, opts.path_job_regex) if opts.path_job_regex else None, f.mtime_ns))

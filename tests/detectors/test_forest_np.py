@@ -7,6 +7,7 @@ import subprocess
 import sys
 
 import numpy as np
+import polars as pl
 import pytest
 from polars.testing import assert_frame_equal
 
@@ -76,7 +77,12 @@ def test_a_tampered_compiled_file_is_refused(tmp_path, shipped):
     del meta["compiled_forest"]
     (d / "model.json").write_text(json.dumps(meta))
     assert CompiledWindowModel.load(d) is None            # falls back to the skops file
-    assert AnomalyDetector.default(d.parent, name="m").model.__class__ is WindowIsolationForest
+    from sklearn.ensemble import IsolationForest
+
+    fallback = AnomalyDetector.default(d.parent, name="m").model
+    assert isinstance(fallback.forest_, IsolationForest)            # the skops forest, same scoring code
+    probe = pl.DataFrame({f: [0.0, 1.0, 5.0] for f in shipped.features_})
+    assert np.array_equal(fallback.score_samples(probe), shipped.score_samples(probe))
 
 
 def test_replay_of_the_demo_never_imports_scikit_learn():
