@@ -58,7 +58,7 @@ from recovery_logs.sources.read_common import (
     empty_quarantine,
     quarantine_frame,
 )
-from recovery_logs.sources.read_many import GROUP_FILES, SMALL_FILE_BYTES, WholeFile, parse_many
+from recovery_logs.sources.read_many import GROUP_BYTES, GROUP_FILES, SMALL_FILE_BYTES, WholeFile, parse_many
 from recovery_logs.sources.read_text import DETECT_BYTES, TextParser
 from recovery_logs.timeutil import rfc3339_to_time_expr
 
@@ -369,7 +369,7 @@ def iter_batches(paths: Sequence[str | Path], opts: ReadOptions = DEFAULT_OPTION
                 extra["input_bytes"] += st.st_size
                 readable += 1
                 group_bytes += len(data)
-                if group_bytes >= _chunk_bytes(opts) or len(group) >= GROUP_FILES:
+                if group_bytes >= min(_chunk_bytes(opts), GROUP_BYTES) or len(group) >= GROUP_FILES:
                     yield from flush_group()
                 continue
             yield from flush_group()

@@ -38,10 +38,11 @@ from recovery_logs.sources.read_common import (
 )
 from recovery_logs.sources.read_text import HEAD_HOLD, _decode, _oversized_raw, group_records, path_field
 
-__all__ = ["GROUP_FILES", "SMALL_FILE_BYTES", "WholeFile", "parse_many"]
+__all__ = ["GROUP_BYTES", "GROUP_FILES", "SMALL_FILE_BYTES", "WholeFile", "parse_many"]
 
 SMALL_FILE_BYTES = 8 << 20     # a file up to this size (inflated; and up to the chunk size) is read whole
-GROUP_FILES = 20_000           # files per group at most (a group also holds about one chunk of bytes)
+GROUP_FILES = 20_000           # files per group at most
+GROUP_BYTES = 12 << 20         # bytes per group at most (and at most one chunk): bounds the parse's memory
 
 _UPTIME = re.compile(rb"^\[\s*(\d+)\.(\d+)\]", re.M)
 

@@ -20,7 +20,7 @@ SCENARIOS = "xid79_cascade,ib_link_down,straggler_node"   # all 22: benchmarks/s
 @pytest.fixture(scope="module")
 def sims(tmp_path_factory):
     root = tmp_path_factory.mktemp("sims")
-    simulate(SimOptions(out=root, scenario=SCENARIOS, seed=3, nodes=4, duration_s=900.0))
+    simulate(SimOptions(out=root, scenario=SCENARIOS, seed=3, nodes=4, duration_s=1200.0))
     return root
 
 
