@@ -22,10 +22,14 @@ class Evidence:
     rule_id: str | None = None
     file: str | None = None
     line: int | None = None
+    late: bool = False    # watch: the line reached the server after the live read had passed its time
 
     def to_dict(self) -> dict[str, Any]:
-        return {"time": ns_to_iso(self.time), "node": self.node, "message": self.message,
-                "rule_id": self.rule_id, "file": self.file, "line": self.line}
+        d = {"time": ns_to_iso(self.time), "node": self.node, "message": self.message,
+             "rule_id": self.rule_id, "file": self.file, "line": self.line}
+        if self.late:
+            d["late"] = True
+        return d
 
 
 @dataclass(frozen=True)

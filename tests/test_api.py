@@ -41,6 +41,8 @@ class _VL(BaseHTTPRequestHandler):
 
     def do_GET(self) -> None:  # noqa: N802 - http.server API
         q = parse_qs(urlsplit(self.path).query)
+        if self.command == "POST":   # the client sends every query as a form body (no URL length limit)
+            q.update(parse_qs(self.rfile.read(int(self.headers.get("Content-Length") or 0)).decode()))
         _VL.seen.append({k: v[0] for k, v in q.items()})
         text = (FIXTURES / "query_time_range_filter.txt").read_text(encoding="utf-8")
         body = text.split("\n\n", 1)[1].encode()
@@ -49,6 +51,8 @@ class _VL(BaseHTTPRequestHandler):
         self.send_header("Content-Length", str(len(body)))
         self.end_headers()
         self.wfile.write(body)
+
+    do_POST = do_GET  # noqa: N815 - http.server API
 
     def log_message(self, *args) -> None:
         pass

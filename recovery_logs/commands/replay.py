@@ -99,6 +99,16 @@ def register(app: typer.Typer) -> None:
         workers: Annotated[int | None, typer.Option("--workers", help="read and match on N local Ray workers "
                                                     "(pip install 'recovery-logs[scale]'); same result")] = None,
         ray_address: Annotated[str | None, typer.Option("--ray-address", help="use an existing Ray cluster")] = None,
+        vl_user: Annotated[str | None, typer.Option("--vl-user", help="VictoriaLogs basic-auth user")] = None,
+        vl_password_file: Annotated[str | None, typer.Option("--vl-password-file", help="file holding the password")] = None,
+        vl_password_env: Annotated[str | None, typer.Option("--vl-password-env", help="env var holding the password")] = None,
+        vl_token_file: Annotated[str | None, typer.Option("--vl-token-file", help="file holding a bearer token")] = None,
+        vl_token_env: Annotated[str | None, typer.Option("--vl-token-env", help="env var holding a bearer token")] = None,
+        vl_ca: Annotated[str | None, typer.Option("--vl-ca", help="CA bundle for https")] = None,
+        vl_insecure: Annotated[bool, typer.Option("--vl-insecure", help="do not verify TLS")] = False,
+        vl_account: Annotated[str | None, typer.Option("--vl-account", help="tenant AccountID")] = None,
+        vl_project: Annotated[str | None, typer.Option("--vl-project", help="tenant ProjectID")] = None,
+        extra_filter: Annotated[list[str] | None, typer.Option("--extra-filter", help="server-side extra_filters (repeatable)")] = None,
     ) -> None:
         """Replay historical logs: ranked incidents with evidence and recorded (never executed) actions."""
         from recovery_logs.config import load_config
@@ -119,11 +129,15 @@ def register(app: typer.Typer) -> None:
                 raise ConfigError("give either PATHs or --source, not both")
             if not (start and end):
                 raise ConfigError("--source needs --start and --end")
-            from recovery_logs.sources.history import history_batches
-            from recovery_logs.sources.victorialogs import parse_url
+            from recovery_logs.commands.watch import vl_connection
+            from recovery_logs.sources.victorialogs import VictoriaLogsClient
+            from recovery_logs.sources.vl_history import history_batches_fast
             from recovery_logs.timeutil import iso_to_ns
 
-            batches = history_batches(parse_url(source), query, iso_to_ns(start), iso_to_ns(end), opts)
+            conn = vl_connection(source, vl_user, vl_password_file, vl_password_env, vl_token_file, vl_token_env,
+                                 vl_ca, vl_insecure, vl_account, vl_project, extra_filter)
+            batches = history_batches_fast(VictoriaLogsClient(conn, read_timeout=120.0), query, iso_to_ns(start),
+                                           iso_to_ns(end), opts)
         elif not paths:
             raise ConfigError("nothing to replay: give log PATHs or --source victorialogs://HOST:PORT")
         from recovery_logs.commands._progress import ProgressBar, input_size, wanted

@@ -43,6 +43,57 @@ def _remediator(slurm: bool, mode: str | None, state_dir: Path | None, policy: P
     return Remediator.from_options(state_dir, mode=mode, policy_file=policy)  # type: ignore[arg-type]
 
 
+def vl_connection(source: list[str] | str | None, user: str | None, password_file: str | None,
+                  password_env: str | None, token_file: str | None, token_env: str | None, ca: str | None,
+                  insecure: bool, account: str | None, project: str | None, extra_filters: list[str] | None) -> Any:
+    """The VictoriaLogs connection named by --source and the --vl-* options (None without one)."""
+    from recovery_logs.errors import ConfigError
+    from recovery_logs.sources.victorialogs import VLConnection
+
+    specs = [source] if isinstance(source, str) else list(source or [])
+    urls = [s.strip() for s in specs if "://" in s and not s.strip().startswith("file:")]
+    given = any(v for v in (user, password_file, password_env, token_file, token_env, ca, insecure, account, project,
+                            extra_filters))
+    if not urls:
+        if given:
+            raise ConfigError("--vl-* options and --extra-filter need a victorialogs:// source")
+        return None
+    return VLConnection.from_options(urls[0], user=user, password_file=password_file, password_env=password_env,
+                                     token_file=token_file, token_env=token_env, ca_file=ca, insecure=insecure,
+                                     account_id=account, project_id=project, extra_filters=extra_filters or ())
+
+
+def explain_text(watcher: Any) -> str:
+    """The LogsQL the watch sends (``--explain``), one request per block; no credentials."""
+    o = watcher.options
+    conn = watcher.client.conn if watcher.client is not None else None
+    out = [f"source: {watcher.vl_url}  live: {o.live}"]
+    if conn is not None:
+        auth = "bearer token" if conn.token else ("basic auth as " + conn.user) if conn.user else "none"
+        tenant = f"AccountID={conn.account_id or 0} ProjectID={conn.project_id or 0}"
+        out.append(f"auth: {auth}   tenant: {tenant}   TLS verify: {conn.verify}")
+        if conn.extra_filters:
+            out.append(f"extra_filters (server-side argument): {conn.extra_filters}")
+    fields = ", ".join(watcher.fields or [])
+    if o.live == "poll":
+        out.append(f"\n# live: POST /select/logsql/query every {o.refresh_s:g}s, start=<frontier>+1ns "
+                   f"end=now-{o.poll_offset_s:g}s")
+        out.append(f"{watcher.query} | fields {fields}")
+        for t in o.tiers:
+            out.append(f"\n# reconcile late lines: every {t.every_s:g}s over the last {t.span_s:g}s, "
+                       f"{t.step_s}s buckets")
+            out.append(f"{watcher.query} | stats by (_time:{t.step_s}s) count() as n")
+        out.append("# ... and a bucket whose count changed is read again with the live query")
+    else:
+        out.append(f"\n# live: POST /select/logsql/tail (refresh {o.refresh_s:g}s) and catch-up /query "
+                   f"every {o.catchup_s:g}s over [complete-{o.lateness_s:g}s, now-offset]")
+        out.append(f"{watcher.query} | fields {fields}")
+    out.append("\n# restart / engine rebuild: pages in _time order")
+    out.append(f"{watcher.query} | fields {fields} | sort by (_time) | limit 50000")
+    out.append(f"\n# {len(watcher.query)} characters, sent as form bodies (no URL length limit)")
+    return "\n".join(out)
+
+
 def _live_table(watcher: Any) -> Any:
     from rich.console import Group
     from rich.table import Table
@@ -61,6 +112,13 @@ def _live_table(watcher: Any) -> Any:
     status = (f"events {s.get('events', 0)}  duplicates {s.get('vl_duplicates', 0)}  late {s.get('late', 0)}  "
               f"incidents {s.get('incidents', 0)}" + (f"  lag {lag:.1f}s" if lag is not None else ""))
     parts: list[Any] = [t, Text(status, style="dim")]
+    if watcher.vl is not None and watcher.client is not None:
+        if not watcher.client.reached:
+            parts.append(Text(f"source {watcher.vl_url}: NOT REACHED yet", style="bold red"))
+        elif watcher.last_error:
+            parts.append(Text(f"source {watcher.vl_url}: DOWN (retrying)", style="bold red"))
+        else:
+            parts.append(Text(f"source {watcher.vl_url}: up", style="green"))
     if watcher.last_error:
         parts.append(Text(f"last error: {watcher.last_error}", style="yellow"))
     return Group(*parts)
@@ -89,6 +147,19 @@ def register(app: typer.Typer) -> None:
         tail_offset: Annotated[str, typer.Option("--tail-offset", hidden=True)] = "1s",
         max_findings: Annotated[int, typer.Option("--max-findings", hidden=True,
                                                   help="file sources: compact floods above this many findings")] = 200_000,
+        live_mode: Annotated[str, typer.Option("--live", help="poll (default: /query with a time cursor; never blocks a server's graceful shutdown) | tail")] = "poll",
+        horizon: Annotated[str, typer.Option("--horizon", help="poll: find lines this late behind their _time (bucket-count reconciliation)")] = "6h",
+        explain: Annotated[bool, typer.Option("--explain", help="print the LogsQL sent to VictoriaLogs and exit")] = False,
+        vl_user: Annotated[str | None, typer.Option("--vl-user", help="VictoriaLogs basic-auth user")] = None,
+        vl_password_file: Annotated[str | None, typer.Option("--vl-password-file", help="file holding the basic-auth password")] = None,
+        vl_password_env: Annotated[str | None, typer.Option("--vl-password-env", help="environment variable holding the password")] = None,
+        vl_token_file: Annotated[str | None, typer.Option("--vl-token-file", help="file holding a bearer token")] = None,
+        vl_token_env: Annotated[str | None, typer.Option("--vl-token-env", help="environment variable holding a bearer token")] = None,
+        vl_ca: Annotated[str | None, typer.Option("--vl-ca", help="CA bundle for https")] = None,
+        vl_insecure: Annotated[bool, typer.Option("--vl-insecure", help="do not verify the server's TLS certificate")] = False,
+        vl_account: Annotated[str | None, typer.Option("--vl-account", help="tenant AccountID")] = None,
+        vl_project: Annotated[str | None, typer.Option("--vl-project", help="tenant ProjectID")] = None,
+        extra_filter: Annotated[list[str] | None, typer.Option("--extra-filter", help="LogsQL filter sent as the server's extra_filters (scope this watcher to a partition); repeatable")] = None,
         verbose: Annotated[bool, typer.Option("--verbose", "-v", help="log source errors and retries to stderr")] = False,
         line_format: Annotated[str | None, typer.Option(
             "--line-format", help="site line format for file: sources, e.g. '<Date> <Time> <Node> <Content>'")] = None,
@@ -100,7 +171,7 @@ def register(app: typer.Typer) -> None:
         """Follow live logs and report incidents within seconds (tail + catch-up, no loss)."""
         from recovery_logs.config import EngineConfig
         from recovery_logs.errors import ConfigError
-        from recovery_logs.pipeline.watch import Watcher, WatchOptions
+        from recovery_logs.pipeline.watch import Watcher, WatchOptions, lock_scope
 
         if slurm and state_dir is None:   # the audit trail must live somewhere durable
             from recovery_logs.audit import default_state_dir
@@ -116,7 +187,13 @@ def register(app: typer.Typer) -> None:
         from recovery_logs.sources.read_common import ReadOptions
 
         line_formats = line_formats_from_cli(line_format, time_format, formats_file)
+        if live_mode not in ("poll", "tail"):
+            raise ConfigError("--live must be poll or tail", value=live_mode)
+        conn = vl_connection(source, vl_user, vl_password_file, vl_password_env, vl_token_file, vl_token_env, vl_ca,
+                             vl_insecure, vl_account, vl_project, extra_filter)
         opts = WatchOptions(
+            live=live_mode, horizon_s=_seconds("--horizon", horizon), connection=conn,
+            unreachable_exit_s=None if for_s is not None else 300.0,
             sources=tuple(source), query=query, state_dir=state_dir, refresh_s=refresh_s, lateness_s=lateness_s,
             catchup_s=_seconds("--catchup", catchup), context_s=_seconds("--context", context), duration_s=for_s,
             since_s=_seconds("--since", since) if since else None,
@@ -132,8 +209,9 @@ def register(app: typer.Typer) -> None:
         metrics = None
         from recovery_logs.statelock import StateLock
 
-        # one watcher per state dir, before anything (the remediator's audit records) is written
-        lock = StateLock(state_dir, "watch").acquire() if state_dir is not None else None
+        # one watcher per state dir (per scope for VictoriaLogs-only watchers without --slurm), before
+        # anything (the remediator's audit records) is written
+        lock = StateLock(state_dir, lock_scope(opts, remediation=slurm)).acquire() if state_dir is not None else None
         try:
             rem = _remediator(slurm, mode, state_dir, policy)
         except BaseException:
@@ -154,6 +232,12 @@ def register(app: typer.Typer) -> None:
             watcher = Watcher(opts, emit=emit_json if as_json else None,
                               on_incidents=rem.handle if rem is not None else None,
                               on_tick=rem.process_queue if rem is not None else None, metrics=metrics)
+            if explain:
+                if watcher.vl_url is None:
+                    raise ConfigError("--explain needs a victorialogs:// source")
+                watcher.prepare()
+                typer.echo(explain_text(watcher))
+                return
             watcher.open()
             if as_json:
                 watcher.run()

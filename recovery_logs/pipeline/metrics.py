@@ -1,6 +1,7 @@
 """Prometheus metrics of the watch loop (prometheus-client, injected registry).
 
-Every source feeds the same counters: lines read, duplicates dropped, late lines, events,
+Every source feeds the same counters: lines read, duplicates dropped, late lines (and those
+found late by VictoriaLogs reconciliation), source health (up / ever reached), events,
 incidents reported (``kind`` = new|updated), errors by stage (tail, catchup, rebuild, files,
 attribution, remediation, export), and the lag behind the server (seconds between now and the
 point up to which the server was read losslessly). The endpoint binds 127.0.0.1 unless told otherwise.
@@ -31,6 +32,15 @@ class WatchMetrics:
         self.errors = Counter("recovery_logs_watch_errors", "Errors by stage", ["stage"], registry=r)
         self.lag = Gauge("recovery_logs_watch_lag_seconds",
                          "Now minus the point up to which VictoriaLogs was read losslessly", registry=r)
+        self.source_up = Gauge("recovery_logs_watch_source_up",
+                               "1 while the last read of the source succeeded, 0 while it fails", ["source"], registry=r)
+        self.source_reached = Gauge("recovery_logs_watch_source_reached",
+                                    "1 once the source answered at all since start", ["source"], registry=r)
+        self.late_found = Counter("recovery_logs_watch_late_lines_found",
+                                  "Lines found by bucket-count reconciliation after the live read passed their time",
+                                  registry=r)
+        self.reconcile_rereads = Counter("recovery_logs_watch_reconcile_rereads",
+                                         "Time buckets read again because the server's count changed", registry=r)
         self._server: Any = None
 
     def serve(self, port: int, addr: str = "127.0.0.1") -> int:

@@ -53,14 +53,14 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import polars as pl
 
 from recovery_logs.config import EngineConfig
-from recovery_logs.errors import ConfigError, RecoveryLogsError, SourceError
+from recovery_logs.errors import ConfigError, RecoveryLogsError, SourceError, VictoriaLogsError
 from recovery_logs.pipeline.cursor import WatchCursor, cursor_name
 from recovery_logs.pipeline.engine import Engine
 from recovery_logs.records import Incident
@@ -70,9 +70,10 @@ from recovery_logs.sources.formats import vl_columns
 from recovery_logs.sources.history import history_rows
 from recovery_logs.sources.read_common import Batch, ReadOptions
 from recovery_logs.sources.read_text import TextParser
-from recovery_logs.sources.rowkeys import record_key
+from recovery_logs.sources.rowkeys import record_key, vl_time_ns
 from recovery_logs.sources.tail import VLFollower
-from recovery_logs.sources.victorialogs import VictoriaLogsClient, parse_url
+from recovery_logs.sources.victorialogs import VictoriaLogsClient, VLConnection, parse_url
+from recovery_logs.sources.vl_live import DEFAULT_TIERS, LATE_FIELD, Tier, VLPoller
 from recovery_logs.statelock import StateLock
 from recovery_logs.timeutil import NS, ns_to_iso
 
@@ -139,8 +140,16 @@ class WatchOptions:
     config: EngineConfig | None = None
     max_keys: int = 2_000_000
     reconnect_backoff_s: float = 0.5
-    use_tail: bool = True                # False: catch-up queries only (latency ~ catchup_s)
-    background_catchup: bool = True      # catch-up queries in a thread: a slow one never delays the tail
+    use_tail: bool = True                # live="tail" only. False: catch-up queries only (latency ~ catchup_s)
+    background_catchup: bool = True      # live="tail": catch-up queries in a thread
+    live: str = "poll"                   # "poll": /query with a time cursor (default; never blocks a server
+                                         # shutdown) | "tail": /select/logsql/tail + catch-up
+    poll_offset_s: float = 2.0           # poll: read up to now - offset (rows are searchable ~1-1.3 s after insert)
+    horizon_s: float = 6 * 3600.0        # poll: late lines up to this far behind their _time are found
+    tiers: tuple[Tier, ...] = DEFAULT_TIERS
+    reconcile: bool = True
+    connection: VLConnection | None = None   # auth, TLS, tenant, extra_filters for the VictoriaLogs source
+    unreachable_exit_s: float | None = 300.0  # never reached the server this long after start: stop with an error
     decision: str = "record_only"
     max_findings: int = 200_000          # file sources: compact floods above this many held findings
     lock: bool = True                    # hold <state-dir>/watch.lock while running
@@ -192,7 +201,7 @@ def incident_rows(incidents: Sequence[Incident]) -> list[dict[str, str]]:
 
 def _version(inc: Incident) -> dict[str, Any]:
     return {"first_seen": inc.first_seen, "last_seen": inc.last_seen, "count": inc.count, "status": inc.status,
-            "severity": inc.severity}
+            "severity": inc.severity, "category": inc.category, "node": inc.node, "job_id": inc.job_id}
 
 
 def _changed(old: dict[str, Any] | None, inc: Incident) -> bool:
@@ -200,6 +209,53 @@ def _changed(old: dict[str, Any] | None, inc: Incident) -> bool:
         return True
     return (inc.count > old.get("count", 0) or inc.last_seen > old.get("last_seen", 0)
             or inc.status != old.get("status") or inc.severity != old.get("severity"))
+
+
+def _scope(options: WatchOptions) -> str | None:
+    """What the cursor is of: the query, plus the connection's extra_filters and tenant when set
+    (so watchers sharded by partition or tenant keep separate cursors in one state dir)."""
+    conn = options.connection
+    if conn is None or not (conn.extra_filters or conn.account_id or conn.project_id):
+        return options.query
+    return json.dumps([options.query or "", conn.extra_filters or "", conn.account_id or "0", conn.project_id or "0"])
+
+
+def lock_scope(options: WatchOptions, remediation: bool = False) -> str:
+    """The state-dir lock a watch holds: ``watch`` (the whole dir) with file sources or Slurm
+    remediation (file offsets, budgets and the breaker are per dir); a VictoriaLogs-only watch
+    locks only its scope, ``watch-<cursor name>``, so watchers sharded by partition or tenant
+    share one state dir and a second watcher of the same scope is refused."""
+    vl, files = parse_sources(options.sources)
+    if files or vl is None or remediation:
+        return "watch"
+    return "watch-" + cursor_name(options.sources, _scope(options))
+
+
+def _read_json(path: Path | None) -> Any:
+    if path is None or not path.exists():
+        return None
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        log.warning("ignoring an unreadable watch side file %s: %s", path, exc)
+        return None
+
+
+def side_counts(path: Path | None) -> Any:
+    doc = _read_json(path)
+    return doc.get("counts") if isinstance(doc, dict) else None
+
+
+def _write_json(path: Path, doc: Any) -> None:
+    tmp = path.with_suffix(".tmp")
+    try:
+        tmp.write_text(json.dumps(doc, sort_keys=True), encoding="utf-8")
+        os.replace(tmp, path)
+    except OSError as exc:
+        raise ConfigError(f"watch state cannot be written: {exc}", path=str(path)) from exc
+
+
+MAX_LATE_MARKS = 200_000
 
 
 def _shift_lines(batch: Batch, counter: list[int], n: int) -> Batch:
@@ -225,7 +281,8 @@ class Watcher:
                  on_tick: Callable[[], Any] | None = None) -> None:
         self.options = options
         self.on_tick = on_tick          # called every step (the remediator retries cleared denials)
-        self.lock = StateLock(options.state_dir, "watch") if options.state_dir is not None and options.lock else None
+        self.lock = (StateLock(options.state_dir, lock_scope(options)) if options.state_dir is not None and options.lock
+                     else None)
         cfg = options.config or EngineConfig(lateness_s=options.lateness_s, rules_dir=options.rules_dir)
         self.engine = engine if engine is not None else Engine(cfg)
         self.read = options.read or ReadOptions()
@@ -235,13 +292,18 @@ class Watcher:
         self.clock = clock
         self.vl_url, self.file_patterns = parse_sources(options.sources)
         # the loop retries every catch-up interval, so one quick retry per call is enough
+        conn = options.connection
+        if conn is not None and self.vl_url is not None and conn.url != self.vl_url:
+            raise ConfigError("the VictoriaLogs connection and --source name different URLs", source=self.vl_url,
+                              connection=conn.url)
         self.client = client if client is not None else (
-            VictoriaLogsClient(self.vl_url, retries=1, backoff=0.2) if self.vl_url else None)
-        self.cursor = WatchCursor.load(options.state_dir, cursor_name(options.sources, options.query))
+            VictoriaLogsClient(conn or self.vl_url, retries=1, backoff=0.2) if self.vl_url else None)
+        self.cursor_name = cursor_name(options.sources, _scope(options))
+        self.cursor = WatchCursor.load(options.state_dir, self.cursor_name)
         self.stats: Counter[str] = Counter()
         self.seq = 0
         self.lateness_ns = int(options.lateness_s * NS)
-        self.vl: VLFollower | None = None
+        self.vl: VLFollower | VLPoller | None = None
         self.files: FileFollower | None = None
         self._parsers: dict[str, Any] = {}
         self._vl_lines = [0]   # rows read so far: `line` of a VictoriaLogs event is its position in the whole read
@@ -256,30 +318,61 @@ class Watcher:
         self.query: str | None = None
         self.fields: list[str] | None = None
         self._born = clock()
+        self._started = clock()
+        self._late_marks: dict[tuple[int, str], None] = {}
+        self._side_saved = 0.0
+        side = _read_json(self._side_path()) or {}
+        self._aliases: dict[str, str] = dict(side.get("aliases") or {})   # changed id -> first reported id
 
     # -- setup -------------------------------------------------------------------------------
-    def open(self) -> Watcher:
-        if self.lock is not None and not self.lock.held:
-            self.lock.acquire()
-        if self.vl_url is not None:
+    def prepare(self) -> Watcher:
+        """The queries and fields the watch will send (no network): ``--explain`` prints them."""
+        if self.vl_url is not None and self.query is None:
             pre = self.engine.pack.logsql_prefilter() if self.options.prefilter else None
             self.query = compose_query(self.options.query, pre)
             self.fields = list(dict.fromkeys(["_time", "_stream_id", "_stream", "_msg",
                                               *vl_columns(tuple(self.read.host_fields))]))
+        return self
+
+    def open(self) -> Watcher:
+        self.prepare()
+        if self.lock is not None and not self.lock.held:
+            self.lock.acquire()
+        if self.vl_url is not None:
             resume = self.cursor.complete_ns
+            poll = self.options.live == "poll"
+            if self.options.live not in ("poll", "tail"):
+                raise ConfigError("unknown live mode; use poll or tail", value=self.options.live)
+            first = resume
+            if resume is None:   # first start: read back --since (default: --lateness)
+                back = self.options.since_s if self.options.since_s is not None else self.lateness_ns / NS
+                first = self.clock() - int(back * NS) + (0 if poll else self.lateness_ns)
+                if not poll and self.options.since_s is None:
+                    first = None
+            assert self.client is not None and self.query is not None
+            vl: VLFollower | VLPoller
+            if poll:
+                vl = VLPoller(self.client, self.query, fields=self.fields, refresh_s=self.options.refresh_s,
+                              offset_s=self.options.poll_offset_s, resume_from_ns=first,
+                              horizon_s=self.options.horizon_s, tiers=self.options.tiers, clock=self.clock,
+                              max_keys=self.options.max_keys, max_window_s=self.options.catchup_max_s,
+                              reconcile=self.options.reconcile,
+                              count_query=compose_query(self.options.query, None))
+                if resume is not None:
+                    vl.load_counts(side_counts(self._side_path()))
+            else:
+                vl = VLFollower(self.client, self.query, fields=self.fields, lateness_s=self.options.lateness_s,
+                                catchup_s=self.options.catchup_s, tail_offset=self.options.tail_offset,
+                                tail_start_offset=self.options.tail_start_offset,
+                                refresh=f"{int(self.options.refresh_s * 1000)}ms", resume_from_ns=first,
+                                clock=self.clock, max_keys=self.options.max_keys,
+                                reconnect_backoff_s=self.options.reconnect_backoff_s,
+                                background_catchup=self.options.background_catchup,
+                                use_tail=self.options.use_tail, max_window_s=self.options.catchup_max_s)
+            self.vl = vl
             if resume is not None:
-                self._rebuild(resume)
-            elif self.options.since_s is not None:   # first start: the catch-up reads [now - since, now]
-                resume = self.clock() - int(self.options.since_s * NS) + self.lateness_ns
-            assert self.client is not None
-            self.vl = VLFollower(self.client, self.query, fields=self.fields, lateness_s=self.options.lateness_s,
-                                 catchup_s=self.options.catchup_s, tail_offset=self.options.tail_offset,
-                                 tail_start_offset=self.options.tail_start_offset,
-                                 refresh=f"{int(self.options.refresh_s * 1000)}ms", resume_from_ns=resume,
-                                 clock=self.clock, max_keys=self.options.max_keys,
-                                 reconnect_backoff_s=self.options.reconnect_backoff_s,
-                                 background_catchup=self.options.background_catchup,
-                                 use_tail=self.options.use_tail, max_window_s=self.options.catchup_max_s).start()
+                self._rebuild(resume, poll)
+            vl.start()
         if self.file_patterns:
             self.files = FileFollower(self.file_patterns, offsets=dict(self.cursor.files))
             self._rebuild_files()
@@ -333,14 +426,18 @@ class Watcher:
             lo = max(min(lo, min(starts)), resume_ns - int(self.options.max_context_s * NS))
         return lo
 
-    def _rebuild(self, resume_ns: int) -> None:
-        """Context for attribution after a restart: history before the resume window."""
-        assert self.client is not None and self.query is not None
-        lo, hi = self._context_start(resume_ns), resume_ns - self.lateness_ns - 1
+    def _rebuild(self, resume_ns: int, poll: bool = False) -> None:
+        """Context for attribution after a restart: history before the resume point (poll: up
+        to it — everything there was read; tail: up to ``resume - lateness``, re-read live)."""
+        assert self.client is not None and self.query is not None and self.vl is not None
+        lo = self._context_start(resume_ns)
+        hi = resume_ns if poll else resume_ns - self.lateness_ns - 1
         if hi < lo:
             return
         try:
             for rows in history_rows(self.client, self.query, lo, hi, fields=self.fields):
+                if isinstance(self.vl, VLPoller):
+                    self.vl.mark_seen(rows)
                 self._feed(self._vl_events(rows), count_late=False)
                 self.stats["rebuilt"] += len(rows)
         except SourceError as exc:
@@ -359,8 +456,11 @@ class Watcher:
         read = 0
         try:
             for rows in history_rows(self.client, self.query, lo, hi, fields=self.fields):
-                for r in rows:
-                    self.vl.dedupe.add(record_key(r))
+                if isinstance(self.vl, VLPoller):
+                    self.vl.mark_seen(rows)
+                else:
+                    for r in rows:
+                        self.vl.dedupe.add(record_key(r))
                 self._feed(self._vl_events(rows), count_late=False, tally=False)
                 read += len(rows)
         except SourceError as exc:
@@ -372,6 +472,38 @@ class Watcher:
         self._born = now
         self.stats["rotations"] += 1
         self.stats["rotated_rows"] += read
+
+    def _side_path(self) -> Path | None:
+        """Beside the cursor: reconciliation counts and incident-id aliases (VictoriaLogs poll)."""
+        p = self.cursor.path
+        return None if p is None else p.with_name(p.stem + ".vl.json")
+
+    def _save(self, force: bool = False) -> None:
+        self.cursor.save()
+        side = self._side_path()
+        now = time.monotonic()
+        if not force and now - self._side_saved < 10.0:   # the counts are a hint (see VLPoller): every 10 s
+            return
+        self._side_saved = now
+        if side is not None and (isinstance(self.vl, VLPoller) or self._aliases):
+            _write_json(side, {"version": 1, "counts": self.vl.counts_doc() if isinstance(self.vl, VLPoller) else None,
+                               "aliases": self._aliases})
+
+    def _mark_late(self, rows: list[dict[str, str]]) -> None:
+        for r in rows:
+            if r.get(LATE_FIELD):
+                try:
+                    self._late_marks[(vl_time_ns(r.get("_time", "")), r.get("_msg", ""))] = None
+                except ValueError:
+                    continue
+        while len(self._late_marks) > MAX_LATE_MARKS:
+            self._late_marks.pop(next(iter(self._late_marks)))
+
+    def _with_late(self, inc: Incident) -> Incident:
+        if not self._late_marks:
+            return inc
+        ev = tuple(replace(e, late=True) if (e.time, e.message) in self._late_marks else e for e in inc.evidence)
+        return replace(inc, evidence=ev) if ev != inc.evidence else inc
 
     # -- conversion --------------------------------------------------------------------------
     def _vl_events(self, rows: list[dict[str, str]]) -> Any:
@@ -470,9 +602,17 @@ class Watcher:
         if self.vl is not None:
             rows = self.vl.poll(now)
             if rows:
+                self._mark_late(rows)
                 fed += self._feed(self._vl_events(rows))
             self.cursor.complete_ns = self.vl.complete_ns
             self.last_error = self.vl.last_error
+            fatal = getattr(self.vl, "fatal", None)
+            if fatal is not None:
+                self._sync_metrics(now)
+                raise fatal
+            if (self.client is not None and not self.client.reached and self.options.unreachable_exit_s is not None
+                    and now - self._started >= int(self.options.unreachable_exit_s * NS)):
+                raise self._never_reached()
         if self.files is not None:
             try:
                 for path, b in self._file_batches(now, final):
@@ -489,7 +629,12 @@ class Watcher:
                 and now - self._born >= int(self.options.rotate_s * NS)):
             self._rotate(now)
         closed = self._closed_ns()
-        self.engine.advance(now - self.lateness_ns, closed)
+        wm: int | None = now - self.lateness_ns
+        if self.vl is not None and wm is not None:   # event time only as far as the server was read: a catch-up over
+            done = self.vl.complete_ns   # history (--since) is replay, not silence
+            wm = min(wm, done) if done is not None and self.vl.stats["catchups"] else None
+        if wm is not None:
+            self.engine.advance(wm, closed)
         if self.files is not None and self.vl is None and self.engine.findings.height > self.options.max_findings:
             upto = min(now - self.lateness_ns, closed if closed is not None else now)
             self.engine.compact_floods(upto, upto - int(self.options.max_context_s * NS))
@@ -503,6 +648,9 @@ class Watcher:
         self._sync_metrics(now)
         return changed
 
+    def _never_reached(self) -> SourceError:
+        return VictoriaLogsError(f"never reached VictoriaLogs at {self.vl_url}", last_error=self.last_error)
+
     def _report(self) -> list[tuple[str, Incident]]:
         """Remediation, then the cursor (write-ahead), then the output (see the module docstring)."""
         try:
@@ -511,6 +659,8 @@ class Watcher:
             self._error("attribution", exc)
             return []
         changed = []
+        current = [self._alias(inc) for inc in self.incidents]
+        self.incidents = [self._with_late(i) for i in current]
         for inc in self.incidents:
             old = self.cursor.reported.get(inc.id)
             if _changed(old, inc):
@@ -524,7 +674,7 @@ class Watcher:
         for inc in incs:
             self.cursor.reported[inc.id] = _version(inc)
         try:
-            self.cursor.save()
+            self._save()
         except ConfigError as exc:      # nothing is printed that the cursor does not know about
             self._error("cursor", exc)
             for inc in incs:
@@ -540,6 +690,27 @@ class Watcher:
             except SourceError as exc:
                 self._error("export", exc)
         return changed
+
+    def _alias(self, inc: Incident) -> Incident:
+        """A late line can move an incident's first_seen and so its id: keep the id first
+        reported (an update, never a second incident; remediation stays idempotent)."""
+        if inc.id in self.cursor.reported:
+            return inc
+        old_id = self._aliases.get(inc.id)
+        if old_id is None:
+            live = {i.id for i in self.incidents}
+            for rid, v in self.cursor.reported.items():
+                if (rid not in live and v.get("category") == inc.category and v.get("node") == inc.node
+                        and v.get("job_id") == inc.job_id and v.get("first_seen") is not None
+                        and inc.first_seen <= v["first_seen"] <= inc.last_seen and rid not in self._aliases.values()):
+                    old_id = rid
+                    break
+            if old_id is None:
+                return inc
+            self._aliases[inc.id] = old_id
+            self._side_saved = 0.0           # persist the alias with the next save
+            self.stats["incidents_realiased"] += 1
+        return replace(inc, id=old_id)
 
     def _sync_metrics(self, now: int) -> None:
         if self.metrics is None:
@@ -557,7 +728,15 @@ class Watcher:
             delta = cur[f"incidents_{kind}"] - self._last_counts[f"incidents_{kind}"]
             if delta > 0:
                 self.metrics.incidents.labels(kind=kind).inc(delta)
-        for stage in ("tail", "catchup"):
+        for name, metric in (("vl_late_found", self.metrics.late_found),
+                             ("vl_buckets_reread", self.metrics.reconcile_rereads)):
+            delta = cur[name] - self._last_counts[name]
+            if delta > 0:
+                metric.inc(delta)
+        if self.vl is not None and self.client is not None:
+            self.metrics.source_up.labels(source="victorialogs").set(0 if self.vl.last_error else 1)
+            self.metrics.source_reached.labels(source="victorialogs").set(1 if self.client.reached else 0)
+        for stage in ("tail", "catchup", "poll", "reconcile"):
             delta = cur[f"vl_errors_{stage}"] - self._last_counts[f"vl_errors_{stage}"]
             if delta > 0:
                 self.metrics.errors.labels(stage=stage).inc(delta)
@@ -596,6 +775,8 @@ class Watcher:
                     break
         finally:
             self.close()
+        if self.vl is not None and self.client is not None and not self.client.reached:
+            raise self._never_reached()   # a watch that never read anything must not look like a quiet one
         return self.summary()
 
     def _wait(self, stop: threading.Event, earliest: float, deadline: float) -> bool:
@@ -629,7 +810,7 @@ class Watcher:
         if self.files is not None:
             self.files.close()
         try:
-            self.cursor.save()
+            self._save(force=True)
         except ConfigError as exc:
             log.warning("%s", exc)
         finally:

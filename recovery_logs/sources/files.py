@@ -486,6 +486,14 @@ def events_from_vl_records(records: Iterable[dict[str, str]], opts: ReadOptions 
                 cols[k].append(None if v is None else v if isinstance(v, str) else json.dumps(v))
         df = pl.DataFrame({**cols, "text": raws, "valid": valid, "lineno": list(range(1, n + 1))},
                           schema={**schema, "text": pl.String, "valid": pl.Boolean, "lineno": pl.Int64})
+    return events_from_vl_frame(df, opts, seq_start, file, dedup=dedup)
+
+
+def events_from_vl_frame(df: pl.DataFrame, opts: ReadOptions = DEFAULT_OPTIONS, seq_start: int = 0,
+                         file: str = "victorialogs", *, dedup: Deduper | None = None) -> Batch:
+    """A frame of VictoriaLogs fields (String columns, plus ``text``, ``valid``, ``lineno``) ->
+    events; see :func:`events_from_vl_records` (which builds the frame from decoded rows)."""
+    n = df.height
     parsed = vl_frame_to_parsed(df, opts.host_fields)
     stats: collections.Counter = collections.Counter(lines=n)
     file_col = (pl.when(pl.col("stream_id").is_not_null()).then(pl.lit("victorialogs:") + pl.col("stream_id"))

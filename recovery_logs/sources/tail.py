@@ -46,8 +46,7 @@ class VLFollower:
                  tail_client: VictoriaLogsClient | None = None, background_catchup: bool = False,
                  max_window_s: float = 300.0) -> None:
         self.client = client
-        self.tail_client = tail_client or VictoriaLogsClient(client.base_url, connect_timeout=client.connect_timeout,
-                                                             retries=0, tail_idle_timeout=None)
+        self.tail_client = tail_client or client.clone(retries=0, tail_idle_timeout=None)
         self.query = query
         self.fields = list(fields) if fields else None
         self.lateness_ns = int(lateness_s * NS)

@@ -22,28 +22,34 @@ Every third-party error is mapped here with ``raise ... from exc`` into
 from __future__ import annotations
 
 import json
+import os
 import socket
 import threading
 import time
 from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
 from datetime import datetime
+from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
+from urllib.parse import unquote, urlsplit
 
 import requests
 
 from recovery_logs.errors import ConfigError, VictoriaLogsError
 from recovery_logs.timeutil import ns_to_iso
 
-__all__ = ["ABORT_MARKER", "VictoriaLogsClient", "format_time_param", "parse_url"]
+__all__ = ["ABORT_MARKER", "FATAL_STATUS", "VLConnection", "VictoriaLogsClient", "format_time_param",
+           "parse_url", "redact", "split_userinfo"]
 
 ABORT_MARKER = "the connection has been aborted"
 _QUERY_PATH = "/select/logsql/query"
 _TAIL_PATH = "/select/logsql/tail"
 _HITS_PATH = "/select/logsql/hits"
 _INSERT_PATH = "/insert/jsonline"
-_POST_ABOVE = 4000          # queries longer than this go as a form POST (same API, captured)
 _RETRY_STATUS = frozenset({502, 503, 504})
+# answers that cannot clear by themselves: our own query rejected, wrong credentials, no access,
+# wrong path prefix (VictoriaLogs answers an unknown /select path with 400, a proxy with 404)
+FATAL_STATUS = frozenset({400, 401, 403, 404, 405, 414, 422})
 _DEFAULT = object()
 
 
@@ -69,27 +75,129 @@ def _conn_reason(exc: BaseException) -> str:
     return text[-200:]
 
 
+def split_userinfo(source: str) -> tuple[str, str | None, str | None]:
+    """``scheme://user:pass@host`` -> (``scheme://host``, user, password). The URL that is kept
+    (and printed in every message) never carries a credential."""
+    scheme, sep, rest = source.strip().partition("://")
+    if not sep:
+        return source, None, None
+    netloc, slash, path = rest.partition("/")
+    if "@" not in netloc:
+        return source.strip(), None, None
+    userinfo, _, host = netloc.rpartition("@")
+    user, _, password = userinfo.partition(":")
+    return f"{scheme}://{host}{slash}{path}", unquote(user) or None, unquote(password) if password else None
+
+
 def parse_url(source: str) -> str:
-    """``victorialogs://HOST:PORT`` -> ``http://HOST:PORT`` (``http(s)://`` pass through)."""
-    text = source.strip()
+    """``victorialogs://HOST:PORT[/prefix]`` -> ``http://HOST:PORT[/prefix]`` (``http(s)://`` pass
+    through; ``victorialogs+https://`` is TLS). A ``user:pass@`` part is dropped here (see
+    :func:`split_userinfo` and :class:`VLConnection`): it must never reach a message."""
+    text, _, _ = split_userinfo(source.strip())
     scheme, sep, rest = text.partition("://")
     if not sep or not rest:
-        raise ConfigError("not a VictoriaLogs URL; expected victorialogs://HOST:PORT", value=source)
+        raise ConfigError("not a VictoriaLogs URL; expected victorialogs://HOST:PORT", value=text)
     scheme = scheme.lower()
     if scheme in ("victorialogs", "vl", "http"):
         base = "http://" + rest
     elif scheme in ("victorialogs+https", "https"):
         base = "https://" + rest
     else:
-        raise ConfigError("unknown VictoriaLogs URL scheme; expected victorialogs://HOST:PORT", value=source)
+        raise ConfigError("unknown VictoriaLogs URL scheme; expected victorialogs://HOST:PORT", value=text)
     parts = urlsplit(base)
     if not parts.hostname:
-        raise ConfigError("VictoriaLogs URL has no host", value=source)
+        raise ConfigError("VictoriaLogs URL has no host", value=text)
     try:
         parts.port  # noqa: B018 - validates the port
     except ValueError as exc:
-        raise ConfigError("VictoriaLogs URL has a bad port", value=source) from exc
+        raise ConfigError("VictoriaLogs URL has a bad port", value=text) from exc
     return f"{parts.scheme}://{parts.netloc}{parts.path.rstrip('/')}"
+
+
+def _read_secret(what: str, file: str | None, env: str | None) -> str | None:
+    """A credential from a file (first line, stripped) or an environment variable; the error
+    names where it was looked for, never what it holds."""
+    if file and env:
+        raise ConfigError(f"give the {what} as a file or an environment variable, not both", file=file, env=env)
+    if file:
+        try:
+            text = Path(file).read_text(encoding="utf-8")
+        except OSError as exc:
+            raise ConfigError(f"cannot read the {what} file: {exc.strerror}", path=file) from exc
+        val = text.strip().splitlines()[0].strip() if text.strip() else ""
+        if not val:
+            raise ConfigError(f"the {what} file is empty", path=file)
+        return val
+    if env:
+        val = os.environ.get(env, "").strip()
+        if not val:
+            raise ConfigError(f"the {what} environment variable is not set or empty", env=env)
+        return val
+    return None
+
+
+@dataclass(frozen=True)
+class VLConnection:
+    """How to reach one VictoriaLogs: URL (with an optional path prefix: vmauth or a reverse
+    proxy), basic auth or a bearer token, TLS verification (True, False or a CA bundle path),
+    tenant (``AccountID``/``ProjectID`` headers) and ``extra_filters`` (sent as the server's own
+    ``extra_filters`` argument, so a watcher can be scoped to a partition without editing the
+    query). Credentials are kept out of ``repr`` and out of every message."""
+
+    url: str
+    user: str | None = None
+    password: str | None = field(default=None, repr=False)
+    token: str | None = field(default=None, repr=False)
+    verify: bool | str = True
+    account_id: str | None = None
+    project_id: str | None = None
+    extra_filters: str | None = None
+
+    @classmethod
+    def from_options(cls, source: str, *, user: str | None = None, password_file: str | None = None,
+                     password_env: str | None = None, token_file: str | None = None, token_env: str | None = None,
+                     ca_file: str | None = None, insecure: bool = False, account_id: str | None = None,
+                     project_id: str | None = None, extra_filters: Sequence[str] = ()) -> VLConnection:
+        _, url_user, url_password = split_userinfo(source)
+        url = parse_url(source)
+        password = _read_secret("password", password_file, password_env) or url_password
+        token = _read_secret("bearer token", token_file, token_env)
+        user = user or url_user
+        if token and (user or password):
+            raise ConfigError("give basic auth or a bearer token, not both", url=url)
+        if password and not user:
+            raise ConfigError("a password needs a user (--vl-user)", url=url)
+        if ca_file and insecure:
+            raise ConfigError("--vl-ca and --vl-insecure contradict each other", path=ca_file)
+        if ca_file and not Path(ca_file).is_file():
+            raise ConfigError("the CA bundle does not exist", path=ca_file)
+        for name, val in (("AccountID", account_id), ("ProjectID", project_id)):
+            if val is not None and not str(val).isdigit():
+                raise ConfigError(f"{name} must be a non-negative integer", value=val)
+        extra = " ".join(f"({f.strip()})" for f in extra_filters if f and f.strip()) or None
+        return cls(url=url, user=user, password=password, token=token,
+                   verify=ca_file if ca_file else not insecure, account_id=account_id, project_id=project_id,
+                   extra_filters=extra)
+
+    def secrets(self) -> tuple[str, ...]:
+        return tuple(s for s in (self.password, self.token) if s)
+
+    def headers(self) -> dict[str, str]:
+        h: dict[str, str] = {}
+        if self.token:
+            h["Authorization"] = f"Bearer {self.token}"
+        if self.account_id is not None:
+            h["AccountID"] = str(self.account_id)
+        if self.project_id is not None:
+            h["ProjectID"] = str(self.project_id)
+        return h
+
+
+def redact(text: str, secrets: Sequence[str]) -> str:
+    for s in secrets:
+        if s:
+            text = text.replace(s, "***")
+    return text
 
 
 def format_time_param(value: int | str | datetime | None) -> str | None:
@@ -121,13 +229,22 @@ def _server_message(resp: requests.Response) -> str:
 
 class VictoriaLogsClient:
     """A small, blocking client. Sessions are injected for tests; all calls are thread-safe
-    except that one ``tail`` iterator must be consumed by one thread."""
+    except that one ``tail`` iterator must be consumed by one thread.
 
-    def __init__(self, base_url: str, session: requests.Session | None = None,
+    ``base_url`` is a URL string or a :class:`VLConnection` (auth, TLS, tenant, extra filters).
+    Every read is a form ``POST`` (no URL length limit behind nginx / vmauth). Errors whose
+    status is in :data:`FATAL_STATUS` carry ``fatal = True``: retrying cannot fix them."""
+
+    def __init__(self, base_url: str | VLConnection, session: requests.Session | None = None,
                  connect_timeout: float = 3.05, read_timeout: float = 30.0, retries: int = 3,
                  backoff: float = 0.5, tail_idle_timeout: float | None = None) -> None:
-        self.base_url = parse_url(base_url)
+        self.conn = base_url if isinstance(base_url, VLConnection) else VLConnection.from_options(base_url)
+        self.base_url = self.conn.url
         self.session = session or requests.Session()
+        if self.conn.user:
+            self.session.auth = (self.conn.user, self.conn.password or "")
+        self.session.verify = self.conn.verify
+        self.session.headers.update(self.conn.headers())
         self.connect_timeout = connect_timeout
         self.read_timeout = read_timeout
         self.retries = max(0, int(retries))
@@ -136,8 +253,31 @@ class VictoriaLogsClient:
         self._open: set[requests.Response] = set()
         self._lock = threading.Lock()
         self._closed = False
+        self.reached = False          # True once the server answered anything (even an error)
+
+    def clone(self, **kw: Any) -> VictoriaLogsClient:
+        """The same connection with other timeouts/retries (a second session, e.g. for a tail)."""
+        args: dict[str, Any] = dict(connect_timeout=self.connect_timeout, read_timeout=self.read_timeout,
+                                    retries=self.retries, backoff=self.backoff,
+                                    tail_idle_timeout=self.tail_idle_timeout)
+        args.update(kw)
+        return VictoriaLogsClient(self.conn, **args)
+
+    def _params(self, params: dict[str, str]) -> dict[str, str]:
+        if self.conn.extra_filters:
+            params["extra_filters"] = self.conn.extra_filters
+        return params
 
     # -- plumbing -----------------------------------------------------------------------
+    def _err(self, message: str, query: str | None, **context: Any) -> VictoriaLogsError:
+        secrets = self.conn.secrets()
+        if secrets:
+            message = redact(message, secrets)
+            context = {k: redact(v, secrets) if isinstance(v, str) else v for k, v in context.items()}
+        err = _vl_error(message, query, **context)
+        err.fatal = context.get("status") in FATAL_STATUS   # type: ignore[attr-defined]
+        return err
+
     def _request(self, method: str, path: str, query: str | None, *, stream: bool = False,
                  read_timeout: float | None | object = _DEFAULT, retry: bool = True,
                  **kwargs: Any) -> requests.Response:
@@ -151,38 +291,49 @@ class VictoriaLogsClient:
                 time.sleep(self.backoff * (2 ** (attempt - 1)))
             try:
                 resp = self.session.request(method, url, stream=stream, timeout=timeout, **kwargs)  # type: ignore[arg-type]
+            except requests.exceptions.SSLError as exc:
+                raise self._err(f"TLS to VictoriaLogs at {self.base_url} failed: {_conn_reason(exc)}", query,
+                                path=path) from exc
             except requests.ConnectionError as exc:
-                last = _vl_error(f"cannot connect to VictoriaLogs at {self.base_url}: {_conn_reason(exc)}",
+                last = self._err(f"cannot connect to VictoriaLogs at {self.base_url}: {_conn_reason(exc)}",
                                  query, path=path)
                 last.__cause__ = exc
                 continue
             except requests.Timeout as exc:
-                last = _vl_error(f"VictoriaLogs at {self.base_url} did not answer in time: {_conn_reason(exc)}",
+                last = self._err(f"VictoriaLogs at {self.base_url} did not answer in time: {_conn_reason(exc)}",
                                  query, path=path)
                 last.__cause__ = exc
                 continue
             except requests.RequestException as exc:
-                raise _vl_error(f"request to VictoriaLogs at {self.base_url} failed: {exc}", query,
+                raise self._err(f"request to VictoriaLogs at {self.base_url} failed: {_conn_reason(exc)}", query,
                                 path=path) from exc
+            self.reached = True
             if resp.status_code < 400:
                 return resp
             try:
-                msg = _server_message(resp)
+                msg = _server_message(resp)[:500]
             except requests.RequestException:
                 msg = ""
             finally:
                 resp.close()
-            if resp.status_code == 400:
-                raise _vl_error(f"VictoriaLogs at {self.base_url} rejected the query {_short(query)!r}", query,
+            code = resp.status_code
+            if code == 400:
+                raise self._err(f"VictoriaLogs at {self.base_url} rejected the query {_short(query)!r}", query,
                                 status=400, server_message=msg, path=path)
-            if resp.status_code == 422:
-                raise _vl_error(f"VictoriaLogs at {self.base_url} could not evaluate the query {_short(query)!r}",
+            if code == 422:
+                raise self._err(f"VictoriaLogs at {self.base_url} could not evaluate the query {_short(query)!r}",
                                 query, status=422, server_message=msg, path=path)
-            err = _vl_error(
-                f"VictoriaLogs at {self.base_url} timed out or is overloaded" if resp.status_code == 503
-                else f"VictoriaLogs at {self.base_url} answered HTTP {resp.status_code}",
-                query, status=resp.status_code, server_message=msg, path=path)
-            if resp.status_code not in _RETRY_STATUS:
+            if code == 401:
+                raise self._err(f"VictoriaLogs at {self.base_url} refused the credentials (HTTP 401)", query,
+                                status=401, server_message=msg, path=path)
+            if code == 403:
+                raise self._err(f"VictoriaLogs at {self.base_url} denied access (HTTP 403)", query,
+                                status=403, server_message=msg, path=path)
+            err = self._err(
+                f"VictoriaLogs at {self.base_url} timed out or is overloaded" if code == 503
+                else f"VictoriaLogs at {self.base_url} answered HTTP {code}",
+                query, status=code, server_message=msg, path=path)
+            if code not in _RETRY_STATUS:
                 raise err
             last = err
         assert last is not None
@@ -248,12 +399,43 @@ class VictoriaLogsClient:
                 params[key] = text
         if limit is not None:
             params["limit"] = str(int(limit))
-        if len(q) > _POST_ABOVE:
-            resp = self._request("POST", _QUERY_PATH, q, stream=True, data=params)
-        else:
-            resp = self._request("GET", _QUERY_PATH, q, stream=True, params=params)
+        resp = self._request("POST", _QUERY_PATH, q, stream=True, data=self._params(params))
         with resp:
             yield from self._lines(resp, q, "query")
+
+    def query_bytes(self, query: str, start: int | str | datetime | None = None,
+                    end: int | str | datetime | None = None) -> bytes:
+        """The raw JSON-lines body of ``/select/logsql/query`` (for a columnar parser). A cut
+        stream raises VictoriaLogsError, never a short body."""
+        params: dict[str, str] = {"query": query}
+        for key, val in (("start", start), ("end", end)):
+            text = format_time_param(val)
+            if text is not None:
+                params[key] = text
+        resp = self._request("POST", _QUERY_PATH, query, stream=True, data=self._params(params))
+        parts: list[bytes] = []
+        with resp:
+            try:
+                for chunk in resp.iter_content(chunk_size=1 << 20):
+                    parts.append(chunk)
+            except (requests.exceptions.ChunkedEncodingError, requests.ConnectionError) as exc:
+                raise self._err("VictoriaLogs query stream was cut before it finished", query,
+                                status=resp.status_code, server_message=_conn_reason(exc)) from exc
+            except (TimeoutError, requests.Timeout) as exc:
+                raise self._err("VictoriaLogs query stream stalled past the read timeout", query,
+                                status=resp.status_code, server_message=_conn_reason(exc)) from exc
+        body = b"".join(parts)
+        tail = body[-400:]
+        if ABORT_MARKER.encode() in tail:
+            raise self._err("VictoriaLogs aborted the query stream", query, status=200,
+                            server_message=tail.decode("utf-8", "replace").strip()[-300:])
+        return body
+
+    def stats(self, query: str, start: int | str | datetime | None = None,
+              end: int | str | datetime | None = None) -> list[dict[str, str]]:
+        """Rows of a ``... | stats ...`` query through ``/select/logsql/query`` (values are strings,
+        row order is not stable)."""
+        return list(self.query(query, start=start, end=end))
 
     def tail(self, query: str, start_offset: str = "5s", offset: str = "1s",
              refresh_interval: str = "1s") -> Iterator[dict[str, str]]:
@@ -263,8 +445,8 @@ class VictoriaLogsClient:
         thread ends it quietly."""
         params = {"query": query, "start_offset": start_offset, "offset": offset,
                   "refresh_interval": refresh_interval}
-        resp = self._request("GET", _TAIL_PATH, query, stream=True, read_timeout=self.tail_idle_timeout,
-                             retry=False, params=params, headers={"Accept-Encoding": "identity"})
+        resp = self._request("POST", _TAIL_PATH, query, stream=True, read_timeout=self.tail_idle_timeout,
+                             retry=False, data=self._params(params), headers={"Accept-Encoding": "identity"})
         with self._lock:
             self._open.add(resp)
         try:
@@ -287,7 +469,7 @@ class VictoriaLogsClient:
                 params[key] = text
         if field:
             params["field"] = field
-        resp = self._request("GET", _HITS_PATH, query, params=params)
+        resp = self._request("POST", _HITS_PATH, query, data=self._params(params))
         try:
             doc = resp.json()
         except ValueError as exc:

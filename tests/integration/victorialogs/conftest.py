@@ -1,4 +1,7 @@
-"""Fixtures for the VictoriaLogs client / watch tests: a fixture-faithful server on 127.0.0.1."""
+"""Fixtures for the VictoriaLogs tests: the fixture-faithful server (``vlserver.py``, for faults
+the real one cannot produce: mid-stream cuts, slow bodies, static captures) and the real
+VictoriaLogs server (``vlreal.py``: binary lookup, start/stop/kill, a checking reverse proxy;
+those tests are skipped with a clear reason where the binary is absent)."""
 
 from __future__ import annotations
 
@@ -9,6 +12,67 @@ from pathlib import Path
 import pytest
 
 _HERE = Path(__file__).resolve().parent
+
+
+def _load():
+    name = "recovery_logs_tests_vlreal"
+    if name not in sys.modules:   # tests run with --import-mode=importlib: load the sibling by path
+        spec = importlib.util.spec_from_file_location(name, _HERE / "vlreal.py")
+        mod = importlib.util.module_from_spec(spec)
+        sys.modules[name] = mod
+        spec.loader.exec_module(mod)
+    return sys.modules[name]
+
+
+vlreal = _load()
+RealVL, CheckingProxy, vl_binary = vlreal.RealVL, vlreal.CheckingProxy, vlreal.vl_binary
+
+
+@pytest.fixture
+def vl_bin() -> Path:
+    b = vl_binary()
+    if b is None:
+        pytest.skip("real VictoriaLogs binary not found: set RECOVERY_LOGS_VL_BIN or put it at "
+                    "../shared/victorialogs/victoria-logs beside the checkout")
+    return b
+
+
+@pytest.fixture
+def real_vl(vl_bin, tmp_path):
+    srv = RealVL(vl_bin, tmp_path / "vl-data").start()
+    try:
+        yield srv
+    finally:
+        srv.close()
+
+
+@pytest.fixture
+def make_vl(vl_bin, tmp_path):
+    """Factory: servers not started yet (e.g. a port the watcher tries before the server is up)."""
+    made: list[RealVL] = []
+
+    def make(port: int | None = None) -> RealVL:
+        srv = RealVL(vl_bin, tmp_path / f"vl-data-{len(made)}", port)
+        made.append(srv)
+        return srv
+
+    yield make
+    for s in made:
+        s.close()
+
+
+@pytest.fixture
+def proxy_factory():
+    made: list[CheckingProxy] = []
+
+    def make(*a, **kw) -> CheckingProxy:
+        p = CheckingProxy(*a, **kw)
+        made.append(p)
+        return p
+
+    yield make
+    for p in made:
+        p.close()
 
 
 def _load_vlserver():

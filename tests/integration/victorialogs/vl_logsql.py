@@ -190,6 +190,8 @@ class Query:
     fields: list[str] | None = None
     limit: int | None = None
     tail_forbidden: bool = False
+    stats_step_ns: int | None = None     # `| stats by (_time:STEP) count() as NAME` (-1: `| stats count() as NAME`)
+    stats_name: str = ""
 
 
 def parse_query(text: str) -> Query:
@@ -221,8 +223,17 @@ def parse_query(text: str) -> Query:
         elif words[0] in ("limit", "head"):
             q.limit = int(words[1])
             q.tail_forbidden = True
+        elif words[0] == "stats" and words[1:5] == ["by", "(", "_time", ":"] and words[6:11] == [
+                ")", "count", "(", ")", "as"] and len(words) == 12:
+            q.stats_step_ns = parse_duration_ns(words[5])
+            q.stats_name = words[11]
+            q.tail_forbidden = True
+        elif words[0] == "stats" and words[1:4] == ["count", "(", ")"] and words[4:5] == ["as"] and len(words) == 6:
+            q.stats_step_ns = -1            # one total
+            q.stats_name = words[5]
+            q.tail_forbidden = True
         elif words[0] == "stats":
-            raise QueryError("the test server does not run stats pipes")
+            raise QueryError("the test server runs only `stats [by (_time:STEP)] count() as NAME`")
         else:
             raise QueryError(f"cannot parse {words[0]!r} pipe")
     return q

@@ -392,7 +392,10 @@ class _Handler(BaseHTTPRequestHandler):
         path, params, body = self._params()
         self.srv.requests.append((self.command, path, params))
         self.srv.bump(path)
-        ex = self.srv.exchanges.get((self.command, path, tuple(sorted(params.items()))))
+        key = tuple(sorted(params.items()))
+        ex = self.srv.exchanges.get((self.command, path, key))
+        if ex is None and self.command == "POST" and path.startswith("/select/"):
+            ex = self.srv.exchanges.get(("GET", path, key))   # the server reads a form POST as the same GET
         if ex is not None and path.startswith("/select/"):
             return self._replay(ex)
         try:
@@ -479,6 +482,17 @@ class _Handler(BaseHTTPRequestHandler):
             return self._send(status, b"the request couldn't be executed in 0.245 seconds; possible solutions: "
                                       b"to increase -search.maxQueryDuration=30s\n", "text/plain; charset=utf-8")
         rows = self.srv.select(q, start, end)
+        if q.stats_step_ns == -1:
+            body = (json.dumps({q.stats_name: str(len(rows))}) + "\n").encode()
+            return self._send(200, body, "application/stream+json")
+        if q.stats_step_ns:
+            counts: dict[int, int] = {}
+            for r in rows:
+                b = r.t // q.stats_step_ns * q.stats_step_ns
+                counts[b] = counts.get(b, 0) + 1
+            body = "".join(json.dumps({"_time": format_time_ns(b), q.stats_name: str(n)}) + "\n"
+                           for b, n in counts.items())
+            return self._send(200, body.encode(), "application/stream+json")
         if "limit" in params:
             lim = int(params["limit"])
             rows = sorted(sorted(rows, key=lambda r: r.t)[-lim:], key=lambda r: r.t) if lim else rows

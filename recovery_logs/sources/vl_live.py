@@ -1,0 +1,408 @@
+"""Reading VictoriaLogs live without a tail and without losing late lines.
+
+:class:`VLPoller` is the default live path of ``watch`` (``--live poll``). It never holds a
+``/select/logsql/tail`` open — with one open, a real v1.26.0 server cannot shut down gracefully
+and drops the rows it accepted in its last seconds — and it finds lines that arrive late behind
+their ``_time`` (a shipper that buffered, a node that came back) up to ``horizon_s`` (default
+6 h) without re-reading history:
+
+* **Live**: every ``refresh`` one ``/select/logsql/query`` over ``(frontier, now - offset]``;
+  ``frontier`` (the persisted ``complete_ns``) then moves to ``now - offset``. Windows never
+  overlap, so each row is read once (re-read ratio 1.0 in steady state).
+* **Reconciliation**: the time behind the frontier is cut into buckets (``tiers``: the last
+  30 s in 2 s buckets checked every second, the last 10 min in 10 s buckets every 5 s, the last
+  hour in 1 min buckets every 30 s, the rest of the horizon in 10 min buckets every 5 min). One cheap ``... | stats by (_time:STEP)
+  count()`` query per tier gives the server's row count per bucket; a bucket whose count differs
+  from the rows we read there is read again (only that bucket) and its rows we have not seen are
+  handed out, marked late (``LATE_FIELD``). With a ``count_query`` (watch passes the scope
+  without the rule prefilter) the counts are of every line of the scope: counting them needs no
+  scan of the messages, so reconciling the whole horizon costs the server little; the count of a
+  window is always taken *before* its rows are read, so a row the count saw was read. The count we keep is what the server had at our last
+  read of the bucket, so a bucket whose rows the server lost (SIGKILL) and later gained is still
+  noticed.
+* **No duplicates**: every row handed out leaves a 64-bit digest of ``(_stream_id, _time ns,
+  _msg)`` in its bucket; recent buckets keep Python sets, older ones sorted ``uint64`` arrays
+  (8 bytes a row). Above ``max_keys`` the oldest buckets' digests are dropped and the horizon
+  that can be reconciled shrinks (``stats["horizon_shrunk"]``, logged) — memory stays bounded
+  whatever the rate.
+
+``poll()`` returns rows sorted by ``_time``. ``reached`` says whether the server ever answered;
+``fatal`` holds an error that retrying cannot clear (400 on our own query, 401/403).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from recovery_logs.errors import VictoriaLogsError
+from recovery_logs.sources.rowkeys import vl_time_ns
+from recovery_logs.sources.victorialogs import VictoriaLogsClient
+
+__all__ = ["DEFAULT_TIERS", "LATE_FIELD", "KeyLedger", "Tier", "VLPoller", "row_digest"]
+
+log = logging.getLogger("recovery_logs.watch")
+NS = 1_000_000_000
+LATE_FIELD = "__recovery_logs_late"
+
+
+@dataclass(frozen=True)
+class Tier:
+    """Reconcile ``(frontier - span_s, frontier - prev span]`` in ``step_s`` buckets every ``every_s``."""
+
+    span_s: float
+    step_s: int
+    every_s: float
+
+
+# the first tier catches rows that became searchable only after the live read passed them (the
+# server makes rows visible ~1-1.3 s after the insert, later under load): 2 s buckets every 1 s
+DEFAULT_TIERS = (Tier(30, 2, 1.0), Tier(600, 10, 5.0), Tier(3600, 60, 30.0), Tier(6 * 3600, 600, 300.0))
+
+
+def row_digest(row: dict[str, str], t_ns: int) -> int:
+    sid = row.get("_stream_id") or row.get("_stream") or ""
+    h = hashlib.blake2b(digest_size=8)
+    h.update(sid.encode())
+    h.update(t_ns.to_bytes(8, "little", signed=True))
+    h.update(row.get("_msg", "").encode("utf-8", "replace"))
+    return int.from_bytes(h.digest(), "little")
+
+
+class KeyLedger:
+    """Per time bucket: rows the server had there at our last read, and digests of rows handed out."""
+
+    def __init__(self, bucket_ns: int, max_keys: int = 20_000_000, hot_ns: int = 120 * NS) -> None:
+        self.bucket_ns = bucket_ns
+        self.max_keys = max_keys
+        self.hot_ns = hot_ns
+        self.count: dict[int, int] = {}
+        self.hot: dict[int, set[int]] = {}
+        self.cold: dict[int, np.ndarray] = {}
+        self.size = 0
+        self.floor: int | None = None       # buckets below this have no digests any more (not reconcilable)
+
+    def __len__(self) -> int:
+        return self.size
+
+    def bucket(self, t_ns: int) -> int:
+        return t_ns // self.bucket_ns
+
+    def has(self, b: int, d: int) -> bool:
+        s = self.hot.get(b)
+        if s is not None:
+            return d in s
+        arr = self.cold.get(b)
+        if arr is None:
+            return False
+        i = int(np.searchsorted(arr, np.uint64(d)))
+        return i < arr.size and int(arr[i]) == d
+
+    def add(self, b: int, d: int) -> bool:
+        """True if new (and remembered)."""
+        if self.has(b, d):
+            return False
+        if b in self.cold:             # a late row in an old bucket: back to a set until compacted again
+            self.hot[b] = set(int(x) for x in self.cold.pop(b))
+        self.hot.setdefault(b, set()).add(d)
+        self.size += 1
+        return True
+
+    def compact(self, now_bucket: int) -> None:
+        """Buckets older than ``hot_ns`` become sorted uint64 arrays; enforce ``max_keys``."""
+        limit = now_bucket - self.hot_ns // self.bucket_ns
+        for b in [b for b in self.hot if b < limit]:
+            self.cold[b] = np.fromiter(self.hot.pop(b), dtype=np.uint64)
+            self.cold[b].sort()
+        while self.size > self.max_keys and (self.cold or self.hot):
+            oldest = min([*self.cold, *self.hot])
+            gone = self.cold.pop(oldest, None)
+            n = gone.size if gone is not None else len(self.hot.pop(oldest))
+            self.size -= n
+            self.count.pop(oldest, None)
+            self.floor = oldest + 1 if self.floor is None else max(self.floor, oldest + 1)
+
+    def evict_before(self, b0: int) -> None:
+        for b in [b for b in self.count if b < b0]:
+            del self.count[b]
+        for store in (self.hot, self.cold):
+            for b in [b for b in store if b < b0]:
+                x = store.pop(b)
+                self.size -= x.size if isinstance(x, np.ndarray) else len(x)
+
+    def nbytes(self) -> int:
+        return sum(a.nbytes for a in self.cold.values()) + 72 * sum(len(s) for s in self.hot.values())
+
+
+class VLPoller:
+    """Poll ``/query`` with a time cursor + bucket-count reconciliation (see the module doc)."""
+
+    def __init__(self, client: VictoriaLogsClient, query: str, *, fields: Sequence[str] | None = None,
+                 refresh_s: float = 1.0, offset_s: float = 2.0, resume_from_ns: int | None = None,
+                 horizon_s: float = 6 * 3600, tiers: Sequence[Tier] = DEFAULT_TIERS,
+                 clock: Callable[[], int] = time.time_ns, max_keys: int = 20_000_000,
+                 max_window_s: float = 60.0, reconcile: bool = True, count_query: str | None = None) -> None:
+        self.client = client
+        self.query = query
+        self.count_query = count_query if count_query and count_query != query else None
+        self.fields = list(fields) if fields else None
+        self.refresh_ns = int(refresh_s * NS)
+        self.offset_ns = int(offset_s * NS)
+        self.horizon_ns = int(horizon_s * NS)
+        self.tiers = [t for t in tiers if t.span_s <= horizon_s] or list(tiers[:1])
+        if self.tiers[-1].span_s < horizon_s:
+            self.tiers[-1] = Tier(horizon_s, self.tiers[-1].step_s, self.tiers[-1].every_s)
+        fine = min(t.step_s for t in self.tiers)
+        for t in self.tiers:
+            if t.step_s % fine:
+                raise ValueError(f"tier steps must be multiples of {fine}s: {t}")
+        self.ledger = KeyLedger(fine * NS, max_keys=max_keys)
+        self.reconcile_on = reconcile
+        self.clock = clock
+        self.complete_ns = resume_from_ns      # the frontier: rows up to here were read
+        self.max_window_ns = int(max_window_s * NS)
+        self._next_live = 0
+        self._next_tier = [0] * len(self.tiers)
+        self.stats: Counter[str] = Counter()
+        self.newest_ns: int | None = None
+        self.last_error: str | None = None
+        self.fatal: VictoriaLogsError | None = None
+        self.data_ready = threading.Event()
+        self.late_rows: list[dict[str, str]] = []
+        self._dirty: dict[int, int] = {}       # bucket start -> re-reads that came back short
+
+    # follower protocol ---------------------------------------------------------------------
+    def start(self) -> VLPoller:
+        return self
+
+    def close(self) -> None:
+        self.client.close()
+
+    @property
+    def reached(self) -> bool:
+        return self.client.reached
+
+    @property
+    def behind(self) -> bool:
+        """True while the frontier is more than one window behind now (reading an outage back)."""
+        return self.complete_ns is not None and self.clock() - self.offset_ns - self.complete_ns > self.max_window_ns
+
+    def lag_s(self, now_ns: int | None = None) -> float | None:
+        now = self.clock() if now_ns is None else now_ns
+        return None if self.complete_ns is None else max(0.0, (now - self.complete_ns) / NS)
+
+    def mark_seen(self, rows: Sequence[dict[str, str]]) -> None:
+        """Rows read elsewhere (an engine rebuild): remember them so they are never handed out."""
+        for r in rows:
+            try:
+                t = vl_time_ns(r.get("_time", ""))
+            except ValueError:
+                continue
+            self.ledger.add(self.ledger.bucket(t), row_digest(r, t))
+
+    # reading ------------------------------------------------------------------------------
+    def _fail(self, what: str, exc: VictoriaLogsError) -> None:
+        self.stats[f"errors_{what}"] += 1
+        text = str(exc)
+        if getattr(exc, "fatal", False):
+            self.fatal = exc
+        if text != self.last_error:     # the same failure again is counted, not printed again
+            log.warning("VictoriaLogs %s: %s; retrying every %.1fs", what, exc.message, self.refresh_ns / NS)
+        else:
+            log.info("VictoriaLogs %s: %s", what, exc.message)
+        self.last_error = text
+
+    def _accept(self, rows: list[dict[str, str]], out: list[tuple[int, dict[str, str]]], late: bool,
+                count: bool) -> None:
+        led = self.ledger
+        for row in rows:
+            try:
+                t = vl_time_ns(row.get("_time", ""))
+            except ValueError:
+                t = -1
+            b = led.bucket(t)
+            if count:
+                led.count[b] = led.count.get(b, 0) + 1
+            if not led.add(b, row_digest(row, t)):
+                # a re-read bucket gives back the rows already handed out: expected, not a duplicate
+                self.stats["reread_known" if late else "duplicates"] += 1
+                continue
+            self.stats["lines_read"] += 1
+            if late:
+                row = dict(row)
+                row[LATE_FIELD] = "1"
+                self.stats["late_found"] += 1
+            out.append((t, row))
+            if t >= 0 and (self.newest_ns is None or t > self.newest_ns):
+                self.newest_ns = t
+
+    def _live(self, now: int, out: list[tuple[int, dict[str, str]]]) -> None:
+        hi = now - self.offset_ns
+        lo = self.complete_ns if self.complete_ns is not None else hi - self.refresh_ns
+        hi = min(hi, lo + self.max_window_ns)
+        if hi <= lo:
+            return
+        counts = self._fine_counts(lo + 1, hi)    # first: a row seen here is then surely read below
+        rows = list(self.client.query(self.query, start=lo + 1, end=hi, fields=self.fields))
+        self.stats["polls"] += 1
+        self.stats["catchups"] += 1     # each poll is a lossless read of its window (the tail mode's name)
+        self.stats["rows_fetched"] += len(rows)
+        self._accept(rows, out, late=False, count=counts is None)
+        if counts is not None:
+            for b, n in counts.items():
+                self.ledger.count[b] = self.ledger.count.get(b, 0) + n
+        self.complete_ns = hi
+
+    def _candidates_complete(self, lo: int, hi: int, fb: int, per: int) -> bool:
+        """After re-reading a changed bucket: does the server's count of *candidate* rows there match
+        the rows we hold? (The scope-wide count can see a row a moment before the row query does;
+        then the bucket stays dirty and is read again, up to 5 times.)"""
+        rows = self.client.stats(f"{self.query} | stats count() as n", start=lo, end=hi)
+        self.stats["count_queries"] += 1
+        want = int(rows[0].get("n", 0)) if rows else 0
+        led = self.ledger
+        have = 0
+        for k in range(per):
+            b = fb + k
+            have += len(led.hot[b]) if b in led.hot else int(led.cold[b].size) if b in led.cold else 0
+        if want <= have:
+            self._dirty.pop(lo, None)
+            return True
+        tries = self._dirty.get(lo, 0) + 1
+        self._dirty[lo] = tries
+        self.stats["buckets_dirty"] += 1
+        return tries > 5
+
+    def _fine_counts(self, lo: int, hi: int) -> dict[int, int] | None:
+        """With a ``count_query``: the server's rows per fine bucket in ``[lo, hi]`` (all lines of
+        the scope, not only rule candidates: counting them needs no message scan)."""
+        if self.count_query is None:
+            return None
+        fine = self.ledger.bucket_ns
+        rows = self.client.stats(f"{self.count_query} | stats by (_time:{fine // NS}s) count() as n", start=lo, end=hi)
+        self.stats["count_queries"] += 1
+        out: dict[int, int] = {}
+        for r in rows:
+            try:
+                out[self.ledger.bucket(vl_time_ns(r["_time"]))] = int(r["n"])
+            except (KeyError, ValueError):
+                continue
+        return out
+
+    def _tier_range(self, i: int) -> tuple[int, int] | None:
+        """Closed, step-aligned ``[lo, hi)`` of tier ``i``: tier 0 ends at the last bucket fully
+        behind the frontier; each next tier ends where the previous one starts (rounded up to
+        its own step, so the tiers leave no gap)."""
+        assert self.complete_ns is not None
+        hi = self.complete_ns + 1
+        lo = hi
+        for k in range(i + 1):
+            step = self.tiers[k].step_s * NS
+            hi = hi // step * step if k == 0 else -(-lo // step) * step
+            lo = (self.complete_ns - int(self.tiers[k].span_s * NS)) // step * step
+        floor = self.ledger.floor
+        if floor is not None:
+            step = self.tiers[i].step_s * NS
+            lo = max(lo, -(-floor * self.ledger.bucket_ns // step) * step)
+        return (lo, hi) if hi > lo else None
+
+    # persisted counts (digests are not persisted: after a restart a changed old bucket is read
+    # whole into the fresh engine, which had not seen it)
+    def counts_doc(self) -> dict[str, object]:
+        return {"bucket_ns": self.ledger.bucket_ns, "counts": {str(b): n for b, n in self.ledger.count.items() if n}}
+
+    def load_counts(self, doc: dict[str, object] | None) -> None:
+        if not doc or doc.get("bucket_ns") != self.ledger.bucket_ns:
+            return
+        counts = doc.get("counts")
+        if isinstance(counts, dict):
+            for b, n in counts.items():
+                try:
+                    self.ledger.count[int(b)] = int(n)
+                except (TypeError, ValueError):
+                    continue
+
+    def reconcile_tier(self, i: int, out: list[tuple[int, dict[str, str]]]) -> None:
+        rng = self._tier_range(i)
+        if rng is None:
+            return
+        lo, hi = rng
+        step = self.tiers[i].step_s
+        rows = self.client.stats(f"{self.count_query or self.query} | stats by (_time:{step}s) count() as n",
+                                 start=lo, end=hi - 1)
+        self.stats["reconcile_queries"] += 1
+        server: dict[int, int] = {}
+        for r in rows:
+            try:
+                server[vl_time_ns(r["_time"])] = int(r["n"])
+            except (KeyError, ValueError):
+                continue
+        led = self.ledger
+        fine = led.bucket_ns
+        per = step * NS // fine
+        for b0 in range(lo, hi, step * NS):
+            fb = b0 // fine
+            have = sum(led.count.get(fb + k, 0) for k in range(per))
+            want = server.get(b0, 0)
+            if want == have:
+                continue
+            if want == 0:        # the server lost the bucket's rows (a crash): nothing to find there
+                for k in range(per):
+                    led.count.pop(fb + k, None)
+                self.stats["buckets_lost_on_server"] += 1
+                continue
+            counts = self._fine_counts(b0, b0 + step * NS - 1)   # before the rows (see _live)
+            got = list(self.client.query(self.query, start=b0, end=b0 + step * NS - 1, fields=self.fields))
+            self.stats["buckets_reread"] += 1
+            self.stats["rows_fetched"] += len(got)
+            self._accept(got, out, late=True, count=counts is None)
+            if counts is not None and not self._candidates_complete(b0, b0 + step * NS - 1, fb, per):
+                counts = {}      # the server counted a row its row query did not give yet: read it again
+            for k in range(per):
+                led.count[fb + k] = 0 if counts is None else counts.get(fb + k, 0)
+
+    def poll(self, now_ns: int | None = None, force_catchup: bool = False) -> list[dict[str, str]]:
+        """New rows since the last poll (live window + late rows found by reconciliation)."""
+        now = self.clock() if now_ns is None else now_ns
+        self.data_ready.clear()
+        got: list[tuple[int, dict[str, str]]] = []
+        if self.fatal is not None:
+            return []
+        if force_catchup or now >= self._next_live or self.behind:
+            self._next_live = now + self.refresh_ns
+            try:
+                self._live(now, got)
+                self.last_error = None
+            except VictoriaLogsError as exc:
+                self._fail("poll", exc)
+        if self.reconcile_on and self.complete_ns is not None and not self.behind and self.last_error is None:
+            for i, t in enumerate(self.tiers):
+                if now < self._next_tier[i]:
+                    continue
+                self._next_tier[i] = now + int(t.every_s * NS)
+                try:
+                    self.reconcile_tier(i, got)
+                except VictoriaLogsError as exc:
+                    self._fail("reconcile", exc)
+                    break
+        if self.complete_ns is not None:
+            led = self.ledger
+            led.evict_before(led.bucket(self.complete_ns - self.horizon_ns))
+            before = led.floor
+            led.compact(led.bucket(self.complete_ns))
+            if led.floor != before:
+                self.stats["horizon_shrunk"] += 1
+                log.warning("VictoriaLogs: more than %d row digests within the late-data horizon; lines arriving "
+                            "later than %.0fs behind their time are no longer found", led.max_keys,
+                            (self.complete_ns - (led.floor or 0) * led.bucket_ns) / NS)
+        if self.behind:
+            self.data_ready.set()
+        got.sort(key=lambda tr: tr[0])
+        return [r for _, r in got]

@@ -1,0 +1,107 @@
+"""History against the real VictoriaLogs v1.26.0: ``replay --source`` (sliced concurrent export)
+and ``watch --since`` give the incidents a replay of the same lines gives."""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+
+from recovery_logs.config import EngineConfig
+from recovery_logs.pipeline.engine import Engine
+from recovery_logs.pipeline.replay import ReplayOptions, replay
+from recovery_logs.pipeline.watch import Watcher, WatchOptions
+from recovery_logs.simulate.generate import SimOptions, simulate
+from recovery_logs.sources.files import events_from_vl_records
+from recovery_logs.sources.read_common import ReadOptions
+from recovery_logs.sources.rowkeys import vl_time_ns
+from recovery_logs.sources.victorialogs import VictoriaLogsClient
+from recovery_logs.sources.vl_history import history_batches_fast
+
+vlreal = sys.modules["recovery_logs_tests_vlreal"]
+NS, fmt_ns = vlreal.NS, vlreal.fmt_ns
+KEYS = ("id", "category", "cause", "node", "job_id", "count", "first_seen", "last_seen", "confidence")
+
+
+_SIM: dict[str, list] = {}
+
+
+def _simulated(tmp_path, scenario: str, end_ns: int) -> list[dict]:
+    """A simulator scenario as VictoriaLogs rows, moved so its last line is at ``end_ns``."""
+    if scenario not in _SIM:    # generated once per session (the simulator takes seconds)
+        simulate(SimOptions(out=tmp_path / "sim", scenario=scenario, nodes=2, gpus_per_node=2, duration_s=960.0,
+                            format="vl-jsonl"))
+        _SIM[scenario] = [json.loads(x) for x in (tmp_path / "sim" / scenario / "vl.jsonl").read_text().splitlines()
+                          if x.strip()]
+    rows = [dict(r) for r in _SIM[scenario] if isinstance(r, dict)]
+    rows = [r for r in rows if isinstance(r, dict) and "_time" in r]
+    times = []
+    for r in rows:
+        try:
+            times.append(vl_time_ns(r["_time"]))
+        except ValueError:
+            times.append(None)
+    newest = max(t for t in times if t is not None)
+    out = []
+    for r, t in zip(rows, times, strict=True):
+        if t is None:
+            continue
+        r = {k: v for k, v in r.items() if k not in ("_stream", "_stream_id")}
+        r["_time"] = fmt_ns(t - newest + end_ns)
+        out.append(r)
+    return out
+
+
+def _replayed(rows: list[dict]) -> list[dict]:
+    rows = sorted(rows, key=lambda r: vl_time_ns(r["_time"]))
+    eng = Engine(EngineConfig())
+    eng.feed(events_from_vl_records(rows, ReadOptions(), 0, "victorialogs:test").events)
+    eng.advance(eng.max_time_ns)
+    return [{k: i.to_dict()[k] for k in KEYS} for i in eng.incidents()]
+
+
+def test_replay_source_sliced_equals_replay_of_the_lines(real_vl, tmp_path):
+    end = time.time_ns() - 60 * NS
+    rows = _simulated(tmp_path, "silent_hang", end)
+    real_vl.ingest(rows, stream_fields="host,unit,job_id")
+    t_end = time.monotonic() + 10
+    while len(real_vl.query("*", start="2h")) < len(rows) and time.monotonic() < t_end:
+        time.sleep(0.2)    # every row searchable (about 1 s after the insert, longer under load)
+    want = _replayed(rows)
+    assert want
+    client = VictoriaLogsClient(real_vl.url)
+    batches = history_batches_fast(client, "*", end - 3600 * NS, end, ReadOptions(), slice_rows=max(10, len(rows) // 7))
+    res = replay([], ReplayOptions(), batches=batches)
+    ordered = sorted(rows, key=lambda r: vl_time_ns(r["_time"]))
+    ref = replay([], ReplayOptions(), batches=[events_from_vl_records(ordered, ReadOptions(), 0, "victorialogs:t")])
+    assert res.summary["events"] == ref.summary["events"]      # every row once, across slices
+    assert res.summary["out_of_order"] == 0 and res.summary["duplicates"] == ref.summary["duplicates"]
+    assert [{k: i.to_dict()[k] for k in KEYS} for i in res.incidents] == want
+
+
+def test_watch_since_equals_replay_no_hang_alarm_from_the_catch_up(real_vl, tmp_path):
+    end = time.time_ns() - 5 * NS
+    rows = _simulated(tmp_path, "silent_hang", end)
+    real_vl.ingest(rows, stream_fields="host,unit,job_id")
+    want = _replayed(rows)
+    w = Watcher(WatchOptions(sources=(real_vl.url,), refresh_s=0.2, lateness_s=30.0, since_s=1800.0,
+                             catchup_max_s=120.0, unreachable_exit_s=None)).open()
+    try:
+        t_end = time.monotonic() + 25
+        while time.monotonic() < t_end:
+            w.step()
+            if w.vl.complete_ns and time.time_ns() - w.vl.complete_ns < 3 * NS and w.vl.stats["polls"] > 5:
+                break
+            time.sleep(0.05)
+        w.step()
+    finally:
+        w.close()
+    got = [{k: i.to_dict()[k] for k in KEYS} for i in w.incidents]
+    assert w.stats["incidents_new"] == len(got)                # nothing reported and later withdrawn
+    # anomaly windows that score exactly alike on two hosts are named by feed order (an engine tie-break,
+    # not the reader's doing): compare those without node and cause
+    loose = ("node", "cause")
+    strip = [lambda i: {k: v for k, v in i.items() if i["category"] != "anomaly" or k not in loose}][0]
+    assert [strip(i) for i in got] == [strip(i) for i in want]
+    assert [i for i in got if i["category"] != "anomaly"] == [i for i in want if i["category"] != "anomaly"]
+    assert any(i["category"] == "nccl_timeout_hang" for i in got)       # the real hang, and only that one
