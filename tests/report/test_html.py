@@ -51,7 +51,8 @@ def test_timeline_marks_faults_per_node(xid79):
     fig = timeline_figure(xid79.engine.all_findings(), xid79.incidents)
     ax = fig.axes[0]
     labels = [t.get_text() for t in ax.get_yticklabels()]
-    assert labels == ["gpu-n01", "gpu-n02", "gpu-n03", "gpu-n04"]
+    assert labels[0] == xid79.incidents[0].node == "gpu-n02"          # the culprit's row first
+    assert sorted(labels) == ["gpu-n01", "gpu-n02", "gpu-n03", "gpu-n04"]
     legend = [t.get_text() for t in ax.get_legend().get_texts()]
     assert any(t.startswith("cause (fault)") for t in legend)
     assert any(a.get_text().startswith("#1 xid") for a in ax.texts)
