@@ -38,7 +38,7 @@ def register(app: typer.Typer) -> None:
             raise ConfigError(f"serve needs the web extra: pip install 'recovery-logs[web]' ({exc})") from exc
         from recovery_logs.audit import DB_NAME
         from recovery_logs.errors import AuditError
-        from recovery_logs.metrics import parse_bind
+        from recovery_logs.pipeline.metrics import parse_bind
         from recovery_logs.web.auth import Users
 
         sd = _state_dir(state_dir)

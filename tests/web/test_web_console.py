@@ -167,3 +167,19 @@ def test_expired_proposal_cannot_be_approved(tmp_path: Path):
         rem.approve(d.action_id, by="alice")
     assert rem.action(d.action_id)["status"] == "expired"
     rem.close()
+
+
+def test_serve_and_serve_user_commands(tmp_path: Path, capsys):
+    from recovery_logs.cli import main
+
+    users = tmp_path / "users.toml"
+    assert main(["serve-user", "dora", "--role", "admin", "--users", str(users)]) == 0
+    token = capsys.readouterr().out.strip()
+    assert len(token) >= 40 and token not in users.read_text() and hash_token(token) in users.read_text()
+    assert users.stat().st_mode & 0o077 == 0                                   # 0600
+    assert main(["serve-user", "dora", "--users", str(users)]) == 2            # exists already
+    assert main(["serve", "--users", str(users), "--state-dir", str(tmp_path / "none")]) == 12
+    assert "no audit database" in capsys.readouterr().err
+    sd = _state(tmp_path)
+    assert main(["serve", "--users", str(tmp_path / "missing.toml"), "--state-dir", str(sd)]) == 2
+    assert "users file not found" in capsys.readouterr().err
