@@ -179,7 +179,7 @@ def markdown_report(result: ReplayResult) -> str:
         lines.append("")
         for n, i in enumerate(result.incidents, 1):
             lines += [f"## {n}. {md_text(i.cause)}", "",
-                      f"- category: {md_text(i.category)}, severity: {md_text(i.severity)}, "
+                      f"- category: `{clean(i.category).replace('`', '')}`, severity: {md_text(i.severity)}, "
                       f"status: {md_text(i.status)}",
                       f"- culprit: {md_text(_where(i))}" + (f" (PCI {md_text(i.pci)})" if i.pci else ""),
                       f"- job: {md_text(i.job_id or '-')}, confidence {i.confidence:.2f}",
