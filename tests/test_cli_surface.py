@@ -80,6 +80,7 @@ def test_watch_prints_one_line_per_incident_as_it_happens(tmp_path: Path):
     finally:
         p.terminate()
         p.wait(timeout=20)
+    print(f"watch: incident line on stdout {took:.2f} s after the log line was appended")
     assert took < 40 and " NEW " in line and "gpu-n05" in line and "xid" in line, (line, took)
     assert "\x1b" not in line
     assert 'recovery_logs_incidents_reported_total{category="xid",kind="new",severity="critical"} 1.0' in metrics
