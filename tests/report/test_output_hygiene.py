@@ -115,6 +115,6 @@ def test_every_terminal_renderer_takes_hostile_text():
 
 
 def test_help_texts_keep_brackets(capsys):
-    assert main(["replay", "-h"]) == 0
+    assert main(["serve", "-h"]) == 0
     out = capsys.readouterr().out
-    assert "[engine]" in out and "Example:" in out
+    assert "[[user]] name, role, token_sha256" in out and "Example:" in out
