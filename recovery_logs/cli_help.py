@@ -12,6 +12,7 @@ from typing import Any
 __all__ = ["EXAMPLES", "apply_examples"]
 
 EXAMPLES: dict[str, str] = {
+    "archive": "recovery-logs archive /var/log/cluster/ --out /srv/recovery-logs/archive",
     "approve": "recovery-logs approve act-3f2a9c0d1e --state-dir /var/lib/recovery-logs",
     "reject": "recovery-logs reject act-3f2a9c0d1e --reason 'node already in maintenance'",
     "audit verify": "recovery-logs audit verify --state-dir /var/lib/recovery-logs",
