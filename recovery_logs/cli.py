@@ -12,22 +12,34 @@ import pkgutil
 import sys
 
 import typer
-from rich.console import Console
+from rich.text import Text
 
 import recovery_logs.commands as pkg
+from recovery_logs import __version__
+from recovery_logs.cli_help import apply_examples
 from recovery_logs.errors import RecoveryLogsError
+from recovery_logs.textsafe import clean, out_console
 
 app = typer.Typer(
     name="recovery-logs",
     help="Find GPU-cluster faults in logs, name the root cause with evidence, drive recovery through Slurm.",
     no_args_is_help=True,
-    add_completion=False,
+    add_completion=True,
     pretty_exceptions_enable=False,
+    rich_markup_mode=None,
+    context_settings={"help_option_names": ["-h", "--help"]},
 )
 
 
+def _print_version(value: bool) -> None:
+    if value:
+        typer.echo(f"recovery-logs {__version__}")
+        raise typer.Exit(0)
+
+
 @app.callback()
-def _root() -> None:
+def _root(version: bool = typer.Option(False, "--version", "-V", callback=_print_version, is_eager=True,
+                                       help="print the version and exit (e.g. recovery-logs --version)")) -> None:
     """recovery-logs: replay, watch, simulate, evaluate, remediate."""
 
 
@@ -40,14 +52,15 @@ def _register_commands() -> None:
 
 
 _register_commands()
+apply_examples(app)
 
 
 def main(argv: list[str] | None = None) -> int:
-    err = Console(stderr=True, highlight=False)
+    err = out_console(stderr=True)
     try:
         rc = app(args=argv, standalone_mode=False)
-    except RecoveryLogsError as exc:
-        err.print(f"[bold red]error:[/] {type(exc).__name__}: {exc}", markup=True, soft_wrap=True)
+    except RecoveryLogsError as exc:   # the message carries paths, node names, log text: literal
+        err.print(Text.assemble(("error:", "bold red"), " ", clean(f"{type(exc).__name__}: {exc}")), soft_wrap=True)
         return exc.exit_code
     except typer.Exit as exc:
         return exc.exit_code

@@ -1,4 +1,5 @@
-"""Every analyst notebook executes without a cell error, and git holds them without outputs."""
+"""Every analyst notebook executes without a cell error, uses only the public API, and git holds
+it with clean outputs (the policy of scripts/strip_notebooks.py)."""
 
 from __future__ import annotations
 
@@ -26,15 +27,39 @@ def test_the_four_notebooks_exist():
     assert [p.stem for p in NOTEBOOKS] == EXPECTED
 
 
-def test_committed_notebooks_hold_no_outputs():
+def test_committed_notebooks_hold_clean_outputs():
     strip = _strip_module()
     for p in NOTEBOOKS:
         nb = nbformat.read(p, as_version=4)
         assert strip.dirty(nb) == [], p.name
-        assert all(not c.get("outputs") for c in nb.cells if c.cell_type == "code"), p.name
+        code = [c for c in nb.cells if c.cell_type == "code"]
+        assert any("image/png" in o.get("data", {}) for c in code for o in c.outputs), f"{p.name}: no plot shown"
 
 
-def test_strip_removes_outputs(tmp_path):
+def test_notebooks_use_only_the_public_api():
+    import re
+
+    import recovery_logs
+    import recovery_logs.simulate
+
+    public = set(recovery_logs.__all__)
+    for p in NOTEBOOKS:
+        src = "\n".join(c.source for c in nbformat.read(p, as_version=4).cells if c.cell_type == "code")
+        mods = set(re.findall(r"^\s*(?:from|import) (recovery_logs[\w.]*)", src, flags=re.M))
+        assert mods <= {"recovery_logs", "recovery_logs.simulate"}, f"{p.name} imports internals: {mods}"
+        blocks = re.findall(r"^from recovery_logs import \(([^)]*)\)", src, flags=re.M)
+        blocks += re.findall(r"^from recovery_logs import ([^(\n]+)$", src, flags=re.M)
+        assert blocks or "import recovery_logs as rl" in src, p.name
+        for block in blocks:
+            names = {n.strip() for n in block.replace("\n", ",").split(",") if n.strip()}
+            assert names <= public, f"{p.name}: {sorted(names - public)} not in recovery_logs.__all__"
+        for names in re.findall(r"^from recovery_logs\.simulate import ([^\n]*)", src, flags=re.M):
+            assert {n.strip() for n in names.split(",")} <= set(recovery_logs.simulate.__all__), p.name
+        used = set(re.findall(r"\brl\.([A-Za-z_]\w*)", src))
+        assert used <= public, f"{p.name}: rl.{sorted(used - public)} not public"
+
+
+def test_policy_normalises_and_flags(tmp_path):
     strip = _strip_module()
     nb = nbformat.v4.new_notebook()
     cell = nbformat.v4.new_code_cell("1 + 1")
@@ -47,8 +72,18 @@ def test_strip_removes_outputs(tmp_path):
     assert strip.main(["--check", str(p)]) == 1
     assert strip.main([str(p)]) == 0
     back = nbformat.read(p, as_version=4)
-    assert strip.dirty(back) == [] and back.cells[0].outputs == [] and back.cells[0].source == "1 + 1"
+    assert strip.dirty(back) == [] and back.cells[0].outputs[0].data == {"text/plain": "2"}
     assert strip.main(["--check", str(p)]) == 0
+    before = p.read_bytes()
+    assert strip.main([str(p)]) == 0 and p.read_bytes() == before            # idempotent
+    back.cells[0].outputs = [nbformat.v4.new_output("stream", name="stdout", text="wrote /tmp/x/report.html")]
+    nbformat.write(back, p)
+    assert strip.main(["--check", str(p)]) == 1                               # machine path in an output
+    back.cells[0].outputs = [nbformat.v4.new_output("error", ename="KeyError", evalue="x", traceback=[])]
+    nbformat.write(back, p)
+    assert strip.main(["--check", str(p)]) == 1                               # committed broken
+    assert strip.main(["--strip", str(p)]) == 0
+    assert strip.dirty(nbformat.read(p, as_version=4)) == ["no outputs (run `scripts/strip_notebooks.py --execute`)"]
 
 
 async def _run_all(paths: list[Path]) -> dict[str, tuple[nbformat.NotebookNode, BaseException | None, float]]:

@@ -13,6 +13,7 @@ from rich.table import Table
 
 from recovery_logs.analysis.corpus_eval import CorpusOptions, CorpusReport, SplitReport, evaluate_corpus
 from recovery_logs.errors import EvalFloorMissed
+from recovery_logs.textsafe import out_console
 
 
 def _pct(v: float | None) -> str:
@@ -77,7 +78,7 @@ def run_corpus_eval(corpus: Path, *, as_json: bool, show_misses: bool, min_categ
     if as_json:
         sys.stdout.write(json.dumps(report.to_dict(show_misses), indent=2) + "\n")
     else:
-        print_report(report, Console(width=width, highlight=False), show_misses)
+        print_report(report, out_console(width, markup=True), show_misses)   # values are escape()d
     if report.missed:
         raise EvalFloorMissed("eval: floor missed: " + "; ".join(report.missed), corpus=str(corpus))
 

@@ -9,6 +9,7 @@ from typing import Annotated
 import typer
 
 from recovery_logs.commands.audit import STATE_DIR_HELP, _state_dir
+from recovery_logs.textsafe import clean
 
 
 def _remediator(state_dir: Path | None, policy: Path | None):
@@ -28,7 +29,7 @@ def register(app: typer.Typer) -> None:
             d = rem.approve(action_id, by=getpass.getuser())
         finally:
             rem.close()
-        typer.echo(f"{d.action_id}: {d.decision}/{d.status} — {d.result.get('message') or d.reason}")
+        typer.echo(clean(f"{d.action_id}: {d.decision}/{d.status} — {d.result.get('message') or d.reason}"))
 
     @app.command("reject")
     def reject(action_id: Annotated[str, typer.Argument(help="action id (act-...)")],
@@ -40,4 +41,4 @@ def register(app: typer.Typer) -> None:
             d = rem.reject(action_id, by=getpass.getuser(), reason=reason)
         finally:
             rem.close()
-        typer.echo(f"{d.action_id}: rejected — {d.reason}")
+        typer.echo(clean(f"{d.action_id}: rejected — {d.reason}"))

@@ -61,19 +61,19 @@ def register(app: typer.Typer) -> None:
         if as_json:
             sys.stdout.write(res.to_json() + "\n")
             return
-        from rich.console import Console
+        from recovery_logs.textsafe import out_console
 
-        Console(width=width, soft_wrap=False).print(res)
+        out_console(width).print(res)
 
     @app.command("grade")
     def grade_cmd(
         state_dir: Annotated[Path, typer.Option("--state-dir", help="state dir holding audit.db")],
         later: Annotated[list[Path] | None, typer.Argument(help="later logs: incidents there grade drains")] = None,
         horizon: Annotated[str, typer.Option("--horizon", help="how long after a proposal to look")] = "7d",
-        min_precision: Annotated[float, typer.Option("--min-precision")] = 0.9,
-        min_incidents: Annotated[int, typer.Option("--min-incidents")] = 20,
-        as_json: Annotated[bool, typer.Option("--json")] = False,
-        width: Annotated[int | None, typer.Option("--width")] = None,
+        min_precision: Annotated[float, typer.Option("--min-precision", help="gate: precision a rule needs")] = 0.9,
+        min_incidents: Annotated[int, typer.Option("--min-incidents", help="gate: graded incidents a rule needs")] = 20,
+        as_json: Annotated[bool, typer.Option("--json", help="print grades and gate as JSON")] = False,
+        width: Annotated[int | None, typer.Option("--width", help="table width (default: terminal; 200 when piped)")] = None,
     ) -> None:
         """Grade monitor-mode proposals from the audit trail (approvals, rejections) and later
         incidents; per-rule precision and which rules the promotion gate lets act alone."""
@@ -90,8 +90,7 @@ def register(app: typer.Typer) -> None:
                    "grades": rows_with_iso_times(grades)}
             sys.stdout.write(json.dumps(doc, indent=2, default=str) + "\n")
             return
-        from rich.console import Console
-
         from recovery_logs.report.terminal import precision_renderable
+        from recovery_logs.textsafe import out_console
 
-        Console(width=width, soft_wrap=False).print(precision_renderable(table, gate))
+        out_console(width).print(precision_renderable(table, gate))

@@ -8,6 +8,9 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
+from rich.text import Text
+
+from recovery_logs.textsafe import clean, out_console
 
 
 def _fmt(v: Any) -> str:
@@ -31,7 +34,7 @@ def report_table(report) -> Any:
         t.add_column(col, no_wrap=col in ("scenario", "top1", "top3", "cat"))
     for s in report.scores:
         if s.error:
-            t.add_row(s.name, "", f"[red]{s.error}[/]", "", "", "", "", "", "", "")
+            t.add_row(s.name, "", Text(clean(s.error), style="red"), "", "", "", "", "", "", "")
             continue
         m, tr = s.metrics, s.truth
         top = m.get("top") or {}
@@ -85,7 +88,6 @@ def register(app: typer.Typer) -> None:
         With --corpus DIR: replay every real-log excerpt and print per-family/per-category precision and
         recall, category accuracy, benign excerpts with disruptive proposals, action agreement, crashes
         and every miss (the holdout split's misses only with --show-misses)."""
-        from rich.console import Console
 
         from recovery_logs.analysis.evaluate import EvalOptions, evaluate_engine
         from recovery_logs.errors import ConfigError
@@ -105,7 +107,7 @@ def register(app: typer.Typer) -> None:
                            min_category=0.0 if min_category is None else min_category,
                            max_innocent_drains=max_innocent_drains, max_latency_s=max_latency,
                            require_healthy_clean=not allow_unclean_healthy, max_errors=max_errors)
-        err = Console(stderr=True, width=width, highlight=False)
+        err = out_console(width, stderr=True)
 
         from recovery_logs.analysis.truth import scenario_dirs
         from recovery_logs.commands._progress import ProgressBar, wanted
@@ -114,26 +116,26 @@ def register(app: typer.Typer) -> None:
             def note(s) -> None:
                 bar.advance(1, s.name)
                 if s.error:
-                    err.print(f"[yellow]eval: {s.name}: {s.error}[/]")
+                    err.print(Text(clean(f"eval: {s.name}: {s.error}"), style="yellow"))
 
             report = evaluate_engine(directory, opts, on_score=note)
         if as_json:
             sys.stdout.write(json.dumps(report.to_dict(), indent=2) + "\n")
         else:
-            Console(width=width).print(report_table(report))
+            out_console(width).print(report_table(report))
             x = report.totals
             def pr(v: float | None) -> str:
                 return "-" if v is None else f"{v:.2f}"
 
             cats = x.get("per_category") or {}
             if cats:
-                Console(width=width).print("top-incident category precision/recall: " + "; ".join(
+                out_console(width).print("top-incident category precision/recall: " + "; ".join(
                     f"{c} P={pr(v['precision'])} R={pr(v['recall'])} (n={v['true']})" for c, v in cats.items()))
             if x["hang_watchdog_lead_min_s"] is not None:
-                Console(width=width).print(f"silent hangs flagged at least {x['hang_watchdog_lead_min_s']:.0f}s before "
+                out_console(width).print(f"silent hangs flagged at least {x['hang_watchdog_lead_min_s']:.0f}s before "
                                            "the 600 s NCCL watchdog")
             if x["replay_lines_per_s"]:
-                Console(width=width).print(f"replayed {x['lines']:,d} lines in {x['replay_s']:.2f}s "
+                out_console(width).print(f"replayed {x['lines']:,d} lines in {x['replay_s']:.2f}s "
                                            f"({x['replay_lines_per_s']:,.0f} lines/s)")
         if report.missed:
             from recovery_logs.analysis.evaluate import EvalFloorMissed

@@ -46,7 +46,7 @@ def register(app: typer.Typer) -> None:
     def update(
         incidents: Annotated[list[Path], typer.Argument(help="replay/watch --json output files")],
         state_dir: Annotated[Path, typer.Option("--state-dir", help="where lemon.json lives")],
-        as_json: Annotated[bool, typer.Option("--json")] = False,
+        as_json: Annotated[bool, typer.Option("--json", help="print the lemon states as JSON")] = False,
     ) -> None:
         """Fold incidents into the lemon state and print every node's state."""
         from recovery_logs.remediation.lemon import LemonTracker
@@ -57,7 +57,7 @@ def register(app: typer.Typer) -> None:
     @lemon.command("show")
     def show(
         state_dir: Annotated[Path, typer.Option("--state-dir", help="where lemon.json lives")],
-        as_json: Annotated[bool, typer.Option("--json")] = False,
+        as_json: Annotated[bool, typer.Option("--json", help="print the lemon states as JSON")] = False,
     ) -> None:
         """Print the persisted lemon states."""
         from recovery_logs.remediation.lemon import LemonTracker
@@ -69,12 +69,13 @@ def _show(states: dict, as_json: bool) -> None:
     if as_json:
         typer.echo(json.dumps({n: s.to_dict() for n, s in states.items()}, indent=2))
         return
-    from rich.console import Console
     from rich.table import Table
+
+    from recovery_logs.textsafe import out_console
 
     t = Table("node", "state", "score", "incidents", "jobs", "same GPU+XID", "reasons")
     order = {"drain": 0, "probation": 1, "watch": 2, "healthy": 3}
     for n, s in sorted(states.items(), key=lambda kv: (order.get(kv[1].state, 9), -kv[1].score, kv[0])):
         t.add_row(n, s.state, f"{s.score:.2f}", str(s.incidents), str(s.distinct_jobs), ", ".join(s.repeat_gpu_xids),
                   "; ".join(s.reasons))
-    Console(width=140).print(t)
+    out_console(None).print(t)

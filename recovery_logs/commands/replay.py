@@ -41,14 +41,14 @@ def _read_options(fmt: str, host: str | None, job: str | None, year: int | None,
 def _emit(res, as_json: bool, width: int | None) -> None:
     if as_json:
         sys.stdout.write(res.to_json() + "\n")
+        sys.stdout.flush()
         return
-    from rich.console import Console
-
     from recovery_logs.report.terminal import terminal_report
+    from recovery_logs.textsafe import out_console
 
-    Console(width=width, soft_wrap=False).print(terminal_report(res))
+    out_console(width).print(terminal_report(res))
     if res.outputs:
-        Console(stderr=True, width=width).print(
+        out_console(width, stderr=True).print(
             "wrote " + ", ".join(f"{k}: {v}" for k, v in sorted(res.outputs.items())), style="dim")
 
 
@@ -160,10 +160,10 @@ def register(app: typer.Typer) -> None:
     @app.command("demo")
     def demo_cmd(
         name: Annotated[str, typer.Argument(help="bundled incident to replay")] = DEFAULT_DEMO,
-        as_json: Annotated[bool, typer.Option("--json")] = False,
+        as_json: Annotated[bool, typer.Option("--json", help="print the JSON output contract on stdout")] = False,
         list_: Annotated[bool, typer.Option("--list", help="list the bundled incidents")] = False,
-        out: Annotated[Path | None, typer.Option("--out")] = None,
-        width: Annotated[int | None, typer.Option("--width")] = None,
+        out: Annotated[Path | None, typer.Option("--out", help="write JSON, Markdown, HTML, Parquet reports here")] = None,
+        width: Annotated[int | None, typer.Option("--width", help="report width (default: terminal; 200 when piped)")] = None,
     ) -> None:
         """Replay a bundled incident (default: an XID 79 that cascades into NCCL timeouts) and print the report."""
         from recovery_logs.analysis.truth import load_truth

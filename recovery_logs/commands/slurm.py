@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import getpass
-import json
 from pathlib import Path
 from typing import Annotated
 
 import typer
 
 from recovery_logs.commands.audit import STATE_DIR_HELP, _state_dir
+from recovery_logs.textsafe import clean, json_dumps
 
 
 def register(app: typer.Typer) -> None:
@@ -28,10 +28,10 @@ def register(app: typer.Typer) -> None:
         finally:
             rem.close()
         if "corrupt" in was:
-            typer.echo(f"breaker reset (its stored state was corrupt: {was['corrupt']!r}; recorded in the audit)")
+            typer.echo(clean(f"breaker reset (its stored state was corrupt: {was['corrupt']!r}; recorded in the audit)"))
             return
-        typer.echo("breaker reset" + (f" (was tripped: {was.get('reason')})" if was.get("tripped") else
-                                      " (it was not tripped)"))
+        typer.echo(clean("breaker reset" + (f" (was tripped: {was.get('reason')})" if was.get("tripped") else
+                                            " (it was not tripped)")))
 
     @slurm_app.command("status")
     def status(as_json: Annotated[bool, typer.Option("--json", help="print JSON")] = False,
@@ -54,10 +54,10 @@ def register(app: typer.Typer) -> None:
                 "cluster_nodes": snap.cluster_nodes, "dry_runs": snap.dry_runs, "actions": counts,
                 "awaiting_approval": [p.action_id for p in snap.pending]}
         if as_json:
-            typer.echo(json.dumps(data, sort_keys=True))
+            typer.echo(json_dumps(data, sort_keys=True))
             return
         for k, v in data.items():
-            typer.echo(f"{k}: {v}")
+            typer.echo(clean(f"{k}: {v}"))
 
     @slurm_app.command("ledger")
     def ledger_cmd(as_json: Annotated[bool, typer.Option("--json", help="print JSON")] = False,
@@ -87,13 +87,13 @@ def register(app: typer.Typer) -> None:
                 runs.setdefault(r.job_id, []).append(r)
         out = ledger(incs, runs, acts, time.time_ns())
         if as_json:
-            typer.echo(json.dumps(out, sort_keys=True))
+            typer.echo(json_dumps(out, sort_keys=True))
             return
         for f in out["incidents"]:
-            typer.echo(f"{f['incident_id']} job {f['job_id'] or '-'}: {f['gpu_hours_lost']:.4f} GPU-h lost "
+            typer.echo(clean(f"{f['incident_id']} job {f['job_id'] or '-'}: {f['gpu_hours_lost']:.4f} GPU-h lost "
                        f"({f['gpus']} GPUs), MTTD {f['mttd_s']:.1f} s, time to action "
-                       f"{'-' if f['time_to_action_s'] is None else format(f['time_to_action_s'], '.1f') + ' s'}")
+                       f"{'-' if f['time_to_action_s'] is None else format(f['time_to_action_s'], '.1f') + ' s'}"))
         for j, v in out["jobs"].items():
-            typer.echo(f"job {j}: ETTR {'-' if v is None else format(v, '.3f')}")
+            typer.echo(clean(f"job {j}: ETTR {'-' if v is None else format(v, '.3f')}"))
         typer.echo(f"total {out['gpu_hours_lost']:.4f} GPU-h lost; mean MTTD {out['mttd_mean_s']} s; "
                    f"mean time to action {out['time_to_action_mean_s']} s")

@@ -52,7 +52,7 @@ def register(app: typer.Typer) -> None:
         features: Annotated[str, typer.Option("--features", help="comma-separated feature names "
                                               "(default: the scale-free MODEL_FEATURES)")] = "",
         window: Annotated[str, typer.Option("--window", help="window width")] = "60s",
-        n_estimators: Annotated[int, typer.Option("--n-estimators")] = 200,
+        n_estimators: Annotated[int, typer.Option("--n-estimators", help="trees in the isolation forest")] = 200,
         min_samples: Annotated[int, typer.Option("--min-samples", help="fewer training windows is an error")] = 64,
         normal_only: Annotated[bool, typer.Option("--normal-only", help="only windows before each scenario's "
                                                   "fault (truth.json): a novelty detector")] = False,

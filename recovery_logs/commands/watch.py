@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import logging
 import sys
 from pathlib import Path
@@ -40,7 +39,15 @@ def _remediator(slurm: bool, mode: str | None, state_dir: Path | None, policy: P
         from recovery_logs.remediation.remediator import Remediator
     except ImportError as exc:
         raise ConfigError(f"--slurm needs recovery_logs.remediation.remediator, which is not available: {exc}") from exc
-    return Remediator.from_options(state_dir, mode=mode, policy_file=policy)  # type: ignore[arg-type]
+    rem = Remediator.from_options(state_dir, mode=mode, policy_file=policy)  # type: ignore[arg-type]
+    if rem.config.mode != "monitor" and not rem.cluster_size():   # said now, not found after approving
+        sys.stderr.write(f"watch: warning: {rem.config.mode} mode without a cluster size: set breaker.cluster_nodes "
+                         "in the policy file or make `sinfo` reachable (SLURM_CONF); until then drains cannot be "
+                         "approved or run\n")
+        sys.stderr.flush()
+    return rem
+
+
 
 
 def vl_connection(source: list[str] | str | None, user: str | None, password_file: str | None,
@@ -94,36 +101,6 @@ def explain_text(watcher: Any) -> str:
     return "\n".join(out)
 
 
-def _live_table(watcher: Any) -> Any:
-    from rich.console import Group
-    from rich.table import Table
-    from rich.text import Text
-
-    s = watcher.summary()
-    t = Table(title="recovery-logs watch", expand=True)
-    for col in ("id", "sev", "category", "node", "job", "count", "last seen", "cause"):
-        t.add_column(col, overflow="fold")
-    for inc in watcher.incidents[:20]:
-        from recovery_logs.timeutil import ns_to_iso
-
-        t.add_row(inc.id, inc.severity, inc.category, inc.node or "-", inc.job_id or "-", str(inc.count),
-                  (ns_to_iso(inc.last_seen) or "")[11:19], inc.cause)
-    lag = watcher.vl.lag_s() if watcher.vl is not None else None
-    status = (f"events {s.get('events', 0)}  duplicates {s.get('vl_duplicates', 0)}  late {s.get('late', 0)}  "
-              f"incidents {s.get('incidents', 0)}" + (f"  lag {lag:.1f}s" if lag is not None else ""))
-    parts: list[Any] = [t, Text(status, style="dim")]
-    if watcher.vl is not None and watcher.client is not None:
-        if not watcher.client.reached:
-            parts.append(Text(f"source {watcher.vl_url}: NOT REACHED yet", style="bold red"))
-        elif watcher.last_error:
-            parts.append(Text(f"source {watcher.vl_url}: DOWN (retrying)", style="bold red"))
-        else:
-            parts.append(Text(f"source {watcher.vl_url}: up", style="green"))
-    if watcher.last_error:
-        parts.append(Text(f"last error: {watcher.last_error}", style="yellow"))
-    return Group(*parts)
-
-
 def register(app: typer.Typer) -> None:
     @app.command("watch")
     def watch_cmd(
@@ -138,13 +115,14 @@ def register(app: typer.Typer) -> None:
         context: Annotated[str, typer.Option("--context", help="history re-read on restart for attribution")] = "10m",
         since: Annotated[str | None, typer.Option("--since", help="first start: read back this far (default: --lateness)")] = None,
         metrics_port: Annotated[int | None, typer.Option("--metrics-port", help="serve Prometheus metrics on 127.0.0.1:N")] = None,
+        metrics_bind: Annotated[str | None, typer.Option("--metrics-bind", help="serve Prometheus metrics on HOST:PORT (e.g. 127.0.0.1:9310)")] = None,
         rules_dir: Annotated[Path | None, typer.Option("--rules-dir", help="rule packs (default: bundled)")] = None,
         export_incidents: Annotated[bool, typer.Option("--export-incidents", help="insert incidents into VictoriaLogs as log lines")] = False,
         no_prefilter: Annotated[bool, typer.Option("--no-prefilter", help="read every line, not only rule candidates")] = False,
         slurm: Annotated[bool, typer.Option("--slurm", help="hand incidents to the Slurm remediator")] = False,
         mode: Annotated[str | None, typer.Option("--mode", help="monitor|approve|autonomous (with --slurm)")] = None,
         policy: Annotated[Path | None, typer.Option("--policy", help="policy TOML: budget, breaker, cooldown, promotion")] = None,
-        tail_offset: Annotated[str, typer.Option("--tail-offset", hidden=True)] = "1s",
+        tail_offset: Annotated[str, typer.Option("--tail-offset", hidden=True, help="VictoriaLogs tail offset (testing)")] = "1s",
         max_findings: Annotated[int, typer.Option("--max-findings", hidden=True,
                                                   help="file sources: compact floods above this many findings")] = 200_000,
         live_mode: Annotated[str, typer.Option("--live", help="poll (default: /query with a time cursor; never blocks a server's graceful shutdown) | tail")] = "poll",
@@ -219,18 +197,34 @@ def register(app: typer.Typer) -> None:
                 lock.release()
             raise
         try:
-            if metrics_port is not None:
-                from recovery_logs.pipeline.metrics import WatchMetrics
+            if metrics_port is not None and metrics_bind is not None:
+                raise ConfigError("give --metrics-port or --metrics-bind, not both")
+            if metrics_port is not None or metrics_bind is not None:
+                from recovery_logs.pipeline.metrics import WatchMetrics, parse_bind
 
+                m_host, m_port = parse_bind(metrics_bind) if metrics_bind else ("127.0.0.1", metrics_port or 0)
                 metrics = WatchMetrics()
-                metrics.serve(metrics_port)
+                metrics.serve(m_port, addr=m_host)
 
-            def emit_json(kind: str, inc: Any) -> None:
-                sys.stdout.write(json.dumps(inc.to_dict(), ensure_ascii=False) + "\n")
+            from recovery_logs.report.terminal import incident_line
+            from recovery_logs.textsafe import json_dumps
+
+            def emit(kind: str, inc: Any) -> None:
+                # one line per new/updated incident, written and flushed as it happens (journald, pipes)
+                if metrics is not None:
+                    metrics.incident_reported(kind, inc)
+                sys.stdout.write((json_dumps(inc.to_dict()) if as_json else incident_line(kind, inc)) + "\n")
                 sys.stdout.flush()
 
-            watcher = Watcher(opts, emit=emit_json if as_json else None,
-                              on_incidents=rem.handle if rem is not None else None,
+            handle = None
+            if rem is not None:
+                def handle(incs: Any) -> Any:
+                    out = rem.handle(incs)
+                    if metrics is not None:
+                        metrics.remediation(out, rem.breaker())
+                    return out
+
+            watcher = Watcher(opts, emit=emit, on_incidents=handle,
                               on_tick=rem.process_queue if rem is not None else None, metrics=metrics)
             if explain:
                 if watcher.vl_url is None:
@@ -239,13 +233,7 @@ def register(app: typer.Typer) -> None:
                 typer.echo(explain_text(watcher))
                 return
             watcher.open()
-            if as_json:
-                watcher.run()
-            else:
-                from rich.live import Live
-
-                with Live(_live_table(watcher), refresh_per_second=2, transient=False) as live:
-                    watcher.run(after_step=lambda w: live.update(_live_table(w)))
+            watcher.run(after_step=metrics.sources if metrics is not None else None)
         finally:
             wlog.removeHandler(handler)
             if metrics is not None:

@@ -4,7 +4,6 @@ quarantine.jsonl, report.html and findings.parquet (one row per flagged line) un
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -15,6 +14,7 @@ from recovery_logs.errors import ConfigError
 from recovery_logs.pipeline.line_findings import write_line_findings
 from recovery_logs.report.html import write_html_report
 from recovery_logs.report.terminal import markdown_report
+from recovery_logs.textsafe import json_dumps
 
 if TYPE_CHECKING:
     from recovery_logs.pipeline.replay import ReplayResult
@@ -50,7 +50,7 @@ def write_outputs(res: ReplayResult, out_dir: Path) -> dict[str, Path]:
     paths["markdown"].write_text(markdown_report(res), encoding="utf-8")
     with paths["quarantine"].open("w", encoding="utf-8") as fh:
         for row in res.quarantine.iter_rows(named=True):
-            fh.write(json.dumps(row, ensure_ascii=False) + "\n")
+            fh.write(json_dumps(row) + "\n")
 
     paths["html"] = write_html_report(res, out_dir)
     paths["findings"] = write_line_findings(res.engine, out_dir)

@@ -7,7 +7,6 @@ coalesced into larger batches before they are fed; output files go through
 
 from __future__ import annotations
 
-import json
 import time
 from collections import Counter
 from collections.abc import Iterable, Sequence
@@ -26,6 +25,7 @@ from recovery_logs.remediation.plan import RECORD_ONLY
 from recovery_logs.schema import empty_quarantine, own_strings
 from recovery_logs.sources.files import iter_batches
 from recovery_logs.sources.read_common import Batch, ReadOptions
+from recovery_logs.textsafe import json_dumps
 from recovery_logs.timeutil import ns_to_iso
 
 __all__ = ["COALESCE_ROWS", "QUARANTINE_KEYS", "QuarantineKeeper", "ReplayOptions", "ReplayResult", "finish_replay",
@@ -54,7 +54,7 @@ class ReplayResult:
         return {"summary": self.summary, "incidents": [i.to_dict() for i in self.incidents]}
 
     def to_json(self) -> str:
-        return json.dumps(self.to_dict(), indent=2, sort_keys=False, ensure_ascii=False)
+        return json_dumps(self.to_dict(), indent=2, sort_keys=False)   # C1/bidi escaped too
 
 
 COALESCE_ROWS = 200_000

@@ -6,8 +6,8 @@ module and :mod:`recovery_logs.audit` are the only places that speak SQL.
 
 Row life cycle (``status``): ``queued`` -> ``running`` (claimed, attempts + 1) -> ``done`` /
 ``noop`` / ``not_owner`` / ``skipped`` / ``failed``, or back to ``queued`` with a backoff; a
-proposal that does not run ends ``record_only``, ``awaiting_approval`` (then ``rejected`` or
-``queued``), ``dry_run`` or ``denied`` (a denial that may clear has ``retry_until`` and is
+proposal that does not run ends ``record_only``, ``awaiting_approval`` (then ``rejected``, ``expired`` after the
+policy's ``proposal_ttl_s``, or ``queued``), ``dry_run`` or ``denied`` (a denial that may clear has ``retry_until`` and is
 re-evaluated until then, when it becomes ``expired``). ``executed_ts`` is a reservation while the
 row is ``queued``/``running`` and the time of the verified effect once ``done``; any other end
 clears it. The budget, the breaker and cooldowns count exactly the rows that have it. ``trust``

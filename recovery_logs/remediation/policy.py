@@ -43,6 +43,11 @@ Policy file (TOML)::
     max_drain_fraction = 0.25
     window_s = 3600
     cluster_nodes = 0           # 0 = ask Slurm (sinfo) for the node count
+
+Approvals (approve mode): ``approvals_required = 2`` makes a drain wait for two different
+operators (four eyes; the same name never counts twice); ``proposal_ttl_s`` (0 = never, the
+default; the sample policy sets 3600) expires a proposal nobody decided in time. Every approval re-checks the policy at approve
+time (breaker, budget, cooldown) and Slurm (the node is still up, the job still running).
 """
 
 from __future__ import annotations
@@ -79,6 +84,8 @@ class PolicyConfig:
     # promotion_min_precision over at least promotion_min_incidents proposals (None: no gate)
     promotion_min_precision: float | None = None
     promotion_min_incidents: int = DEFAULT_PROMOTION_INCIDENTS
+    approvals_required: int = 1          # distinct operators a drain needs in approve mode
+    proposal_ttl_s: float = 0.0          # a proposal nobody decided expires after this (0 = never)
 
     def __post_init__(self) -> None:
         if self.mode not in MODES:
@@ -90,7 +97,9 @@ class PolicyConfig:
                   ("retry_s", self.retry_s >= 0),
                   ("promotion.min_precision", self.promotion_min_precision is None
                    or 0 <= self.promotion_min_precision <= 1),
-                  ("promotion.min_incidents", self.promotion_min_incidents >= 1))
+                  ("promotion.min_incidents", self.promotion_min_incidents >= 1),
+                  ("approvals_required", 1 <= self.approvals_required <= 5),
+                  ("proposal_ttl_s", self.proposal_ttl_s >= 0))
         for key, ok in checks:
             if not ok:
                 raise PolicyError(f"policy: {key} is out of range", key=key)
@@ -102,7 +111,8 @@ class PolicyConfig:
                 "breaker": {"max_drain_fraction": self.breaker_max_drain_fraction,
                             "window_s": self.breaker_window_s, "cluster_nodes": self.cluster_nodes},
                 "promotion": {"min_precision": self.promotion_min_precision,
-                              "min_incidents": self.promotion_min_incidents}}
+                              "min_incidents": self.promotion_min_incidents},
+                "approvals_required": self.approvals_required, "proposal_ttl_s": self.proposal_ttl_s}
 
 
 def policy_from_dict(d: dict[str, Any], **overrides: Any) -> PolicyConfig:
@@ -115,13 +125,15 @@ def policy_from_dict(d: dict[str, Any], **overrides: Any) -> PolicyConfig:
           "breaker_max_drain_fraction": br.get("max_drain_fraction", 0.25),
           "breaker_window_s": br.get("window_s", 3600.0), "cluster_nodes": br.get("cluster_nodes", 0),
           "promotion_min_precision": pr.get("min_precision"),
-          "promotion_min_incidents": pr.get("min_incidents", DEFAULT_PROMOTION_INCIDENTS)}
+          "promotion_min_incidents": pr.get("min_incidents", DEFAULT_PROMOTION_INCIDENTS),
+          "approvals_required": d.get("approvals_required", 1), "proposal_ttl_s": d.get("proposal_ttl_s", 0.0)}
     kw.update({k: v for k, v in overrides.items() if v is not None})
     return PolicyConfig(**kw)
 
 
 _TOP: dict[str, type | tuple[type, ...]] = {"mode": str, "dry_run": bool, "cooldown_s": (int, float), "cluster": str,
-                                                  "retry_s": (int, float)}
+                                            "retry_s": (int, float), "approvals_required": int,
+                                            "proposal_ttl_s": (int, float)}
 _SECTIONS: dict[str, dict[str, type | tuple[type, ...]]] = {"budget": {"per_hour": int, "per_incident": int},
              "breaker": {"max_drain_fraction": (int, float), "window_s": (int, float), "cluster_nodes": int},
              "promotion": {"min_precision": (int, float), "min_incidents": int}}

@@ -35,7 +35,7 @@ import hashlib
 import json
 import time
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -182,6 +182,11 @@ class Remediator:
                 return 0
             self.audit.set_state("cluster_nodes", n)
         return int(n)
+
+    def cluster_size(self) -> int:
+        """Node count the drain breaker divides by: the policy's ``cluster_nodes``, else sinfo's
+        (0 when neither is known: every drain is then denied)."""
+        return self._cluster_nodes()
 
     def policy_state(self, incident_id: str | None = None) -> PolicyState:
         """Rebuilt from the actions table: what ran within the longest policy horizon, plus
@@ -404,21 +409,96 @@ class Remediator:
             self.audit.append("breaker", {"event": "reset", "by": by, "was": was})
 
     # ------------------------------------------------------------------ approval
+    def approvals(self, act_id: str) -> list[str]:
+        """Names that approved ``act_id`` so far (audit ``approval`` records, in order)."""
+        return [r.payload.get("by", "") for r in self.audit.records("approval")
+                if r.action_id == act_id and r.payload.get("counts", True)]
+
+    def approvals_needed(self, kind: str) -> int:
+        return self.config.approvals_required if kind == "drain_node" else 1
+
+    def expire_stale(self) -> list[str]:
+        """Mark proposals older than the policy's ``proposal_ttl_s`` as ``expired`` (audited)."""
+        ttl = self.config.proposal_ttl_s
+        if not ttl:
+            return []
+        now = self.clock()
+        out = []
+        for row in [r for r in self.store.rows("awaiting_approval") if r["created_ts"] < now - ttl]:
+            with self.audit.transaction():
+                reason = f"proposal expired: nobody decided within {ttl:g} s"
+                self._update(row["id"], status="expired", decision="expired", reason=reason)
+                self.audit.append("decision", {"action_id": row["id"], "kind": row["kind"], "target": row["target"],
+                                               "decision": "expired", "status": "expired", "reason": reason,
+                                               "policy_state": {}}, incident_id=row["incident_id"],
+                                  action_id=row["id"])
+            out.append(row["id"])
+        return out
+
+    def _still_needed(self, row: dict[str, Any]) -> str | None:
+        """Slurm at approve time: why the action no longer makes sense (node already down or
+        drained, job no longer running), or None. Slurm unreachable raises SlurmUnavailable."""
+        client = self.executor.client
+        if row["kind"] == "drain_node":
+            n = client.show_node(row["target"])
+            if n.drained or n.state.startswith("down"):
+                flags = "+".join((n.state.upper(), *n.flags))
+                return f"node {row['target']} is no longer up ({flags}{': ' + n.reason if n.reason else ''})"
+        elif row["kind"] in ("requeue_job", "cancel_job"):
+            info = client.show_job(row["target"])
+            state = (info or {}).get("JobState", "")
+            if info is None or state not in ("RUNNING", "PENDING", "CONFIGURING", "SUSPENDED"):
+                return f"job {row['target']} is no longer running ({state or 'unknown to slurmctld'})"
+        return None
+
     def approve(self, act_id: str, by: str = "operator") -> Decision:
+        """One operator's approval. Refused (PolicyError) when nothing awaits approval or ``by``
+        already approved it. A drain under ``approvals_required = 2`` waits for a second, different
+        operator. The approval that completes the quorum re-checks the proposal's age (TTL), Slurm
+        (node still up, job still running) and the policy (breaker, budget, cooldown); the
+        decision says why when it refuses."""
+        self.expire_stale()
         row = self.action(act_id)
         if row is None or row["status"] != "awaiting_approval":
-            raise PolicyError(f"approve: no action {act_id!r} is awaiting approval",
-                              status=row["status"] if row else "unknown")
+            st = row["status"] if row else "unknown"
+            why = f" ({row['reason']})" if row and row["status"] == "expired" else ""
+            raise PolicyError(f"approve: no action {act_id!r} is awaiting approval{why}", status=st)
+        before = self.approvals(act_id)
+        if by in before:
+            raise PolicyError(f"approve: {by} already approved {act_id}; the next approval must come from "
+                              "another operator", by=by, approvals=len(before),
+                              required=self.approvals_needed(row["kind"]))
+        if row["kind"] == "drain_node" and self.config.mode != "monitor" and not self._cluster_nodes():
+            raise PolicyError("approve: the cluster size is unknown, so the drain breaker cannot be checked: set "
+                              "breaker.cluster_nodes in the policy or make `sinfo` reachable; the proposal stays "
+                              "queued", action_id=act_id)
+        need = self.approvals_needed(row["kind"])
+        exclude = tuple(json.loads(row["exclude"]))
+        if len(before) + 1 < need:
+            reason = (f"approval {len(before) + 1} of {need} ({', '.join([*before, by])}); waiting for another "
+                      "operator")
+            with self.audit.transaction():
+                self.audit.append("approval", {"action_id": act_id, "by": by, "of": need},
+                                  incident_id=row["incident_id"], action_id=act_id)
+                self._update(act_id, reason=reason)
+            return Decision(act_id, row["incident_id"], row["kind"], row["target"], "proposed", "awaiting_approval",
+                            reason, exclude)
         now = self.clock()
-        with self.audit.transaction():
-            self.audit.append("approval", {"action_id": act_id, "by": by}, incident_id=row["incident_id"],
-                              action_id=act_id)
-            v = decide(self.config, self.policy_state(row["incident_id"]),
-                         ActionRequest(row["kind"], row["target"] or "", row["incident_id"],
-                                       own_drain=row["kind"] == "resume_node"), now, approved_by_human=True)
+        v = decide(self.config, self.policy_state(row["incident_id"]),
+                     ActionRequest(row["kind"], row["target"] or "", row["incident_id"],
+                                   own_drain=row["kind"] == "resume_node"), now, approved_by_human=True)
+        if v.decision == "denied":
+            v = replace(v, reason=f"{v.reason} (re-checked at approval)")
+        elif v.decision == "approved":   # the policy allows it: a node of this cluster? Slurm still needs it?
+            v = self._refuse(v, row["kind"], row["target"] or "", json.loads(row["exclude"]), None, act_id,
+                             row["incident_id"], trust=json.loads(row["trust"]) if row["trust"] else None)
             if v.decision == "approved":
-                v = self._refuse(v, row["kind"], row["target"] or "", json.loads(row["exclude"]), None, act_id,
-                                 row["incident_id"], trust=json.loads(row["trust"]) if row["trust"] else None)
+                gone = self._still_needed(row)
+                if gone is not None:
+                    v = Verdict("denied", f"{gone} (re-checked at approval)", state=v.state)
+        with self.audit.transaction():
+            self.audit.append("approval", {"action_id": act_id, "by": by, "of": need},
+                              incident_id=row["incident_id"], action_id=act_id)
             if v.trip_breaker:
                 self._trip(v.reason)
             status = {"dry_run": "dry_run", "denied": "denied", "approved": "queued",
@@ -428,10 +508,11 @@ class Remediator:
                          retry_until=now + self.config.retry_s if status == "denied" and v.retry else None)
             self.audit.append("decision", {"action_id": act_id, "kind": row["kind"], "target": row["target"],
                                            "decision": v.decision, "status": status, "reason": v.reason,
-                                           "policy_state": v.state}, incident_id=row["incident_id"], action_id=act_id)
+                                           "approved_by": [*before, by], "policy_state": v.state},
+                              incident_id=row["incident_id"], action_id=act_id)
         self.process_queue()
         return self._refresh(Decision(act_id, row["incident_id"], row["kind"], row["target"], v.decision, status,
-                                      v.reason, tuple(json.loads(row["exclude"]))))
+                                      v.reason, exclude))
 
     def reject(self, act_id: str, by: str = "operator", reason: str = "") -> Decision:
         row = self.action(act_id)

@@ -34,12 +34,14 @@ from recovery_logs.frames import (
 )
 from recovery_logs.remediation.gate import PromotionGate
 from recovery_logs.remediation.grading import rule_precision
+from recovery_logs.textsafe import clean
 from recovery_logs.timeutil import iso_to_ns
 
 if TYPE_CHECKING:
     from recovery_logs.pipeline.replay import ReplayResult
 
-__all__ = ["ROLE_STYLE", "figure_png_base64", "html_report", "timeline_figure", "write_html_report"]
+__all__ = ["ANOMALY_STYLE", "PROGRESS_BUCKETS", "ROLE_STYLE", "figure_png_base64", "html_report", "timeline_figure",
+           "timeline_order", "write_html_report"]
 
 # role -> (marker, colour, size, z-order, legend label)
 ROLE_STYLE: dict[str, tuple[str, str, float, int, str]] = {
@@ -52,10 +54,37 @@ ROLE_STYLE: dict[str, tuple[str, str, float, int, str]] = {
 }
 
 
+PROGRESS_BUCKETS = 300
+"""Progress lines are downsampled to at most one mark per node per 1/PROGRESS_BUCKETS of the span."""
+ANOMALY_STYLE = ("o", "#7b3294", 36.0, 4, "anomaly (detector, unconfirmed)")
+"""Behavioural-detector findings: hollow circles, never the cross of a confirmed (rule) fault."""
+
+
+def timeline_order(findings: pl.DataFrame, incidents: Sequence[Any] = ()) -> list[str]:
+    """Rows of the timeline, top to bottom: each incident's culprit (in rank order), then nodes with
+    a fault line (cause/symptom/breadcrumb) by their first one, then the rest by name."""
+    f = findings.filter(pl.col("host").is_not_null() & pl.col("time").is_not_null())
+    incs = incident_dicts(list(incidents)) if incidents else []
+    order: list[str] = []
+    for d in incs:
+        if d.get("node") and d["node"] not in order:
+            order.append(d["node"])
+    faulty = (f.filter(pl.col("role").is_in(["cause", "symptom", "breadcrumb"]))
+              .group_by("host").agg(pl.col("time").min()).sort(["time", "host"])["host"].to_list())
+    order += [h for h in faulty if h not in order]
+    order += sorted(h for h in f["host"].unique().to_list() if h not in order)
+    return order
+
+
 def timeline_figure(findings: pl.DataFrame, incidents: Sequence[Any] = (), *, title: str | None = None,
                     width_in: float = 11.0) -> Any:
     """A matplotlib ``Figure``: one row per node, a marker per finding by role, a dashed line at
-    each incident's first fault and a solid one at its detection, the culprit's row labelled.
+    each incident's first fault and a solid one at its detection.
+
+    Readable at 64+ nodes: culprits first (labelled in red), then nodes by their first fault line,
+    then the rest; the time axis on top and bottom; progress lines downsampled per node
+    (``PROGRESS_BUCKETS``); behavioural-detector findings (``detector.*``, e.g. anomalies) drawn
+    as hollow circles, distinct from the crosses of confirmed rule faults.
 
     ``findings``: ``FINDING_SCHEMA`` (``ReplayResult.engine.all_findings()``); ``incidents``:
     ``Incident`` objects or their ``to_dict()``.
@@ -64,23 +93,42 @@ def timeline_figure(findings: pl.DataFrame, incidents: Sequence[Any] = (), *, ti
     from matplotlib.figure import Figure
 
     f = findings.filter(pl.col("host").is_not_null() & pl.col("time").is_not_null())
-    hosts = sorted(f["host"].unique().to_list())
     incs = incident_dicts(list(incidents)) if incidents else []
-    for d in incs:
-        if d.get("node") and d["node"] not in hosts:
-            hosts.append(d["node"])
-    fig = Figure(figsize=(width_in, 1.2 + 0.45 * max(1, len(hosts))), dpi=100)
+    hosts = timeline_order(f, incs)
+    culprits = {d.get("node") for d in incs if d.get("node")}
+    many = len(hosts) > 32
+    row_in = 0.2 if many else 0.45
+    fig = Figure(figsize=(width_in, 1.6 + row_in * max(1, len(hosts))), dpi=100)
     ax = fig.add_subplot(1, 1, 1)
     y = {h: i for i, h in enumerate(hosts)}
-    for role, (marker, colour, size, z, label) in ROLE_STYLE.items():
-        part = f.filter(pl.col("role") == role)
-        if part.height == 0:
-            continue
-        shown = _thin(part, width_in)
-        xs = shown["time"].dt.replace_time_zone(None).to_list()
-        ys = [y[h] for h in shown["host"].to_list()]
-        ax.scatter(xs, ys, marker=marker, c=colour, s=size, zorder=z, label=f"{label} ({part.height})",
-                   linewidths=1.0 if marker in ("|", "X") else 0.5)
+    if f.height:
+        epoch = f["time"].dt.epoch("ns")
+        lo, hi = int(epoch.min()), int(epoch.max())  # type: ignore[arg-type]  # an Int64 series' min is int
+        step = max(1, (hi - lo) // PROGRESS_BUCKETS)
+        prog = f.filter(pl.col("role") == "progress")
+        shown = (prog.with_columns(((pl.col("time").dt.epoch("ns") - lo) // step).alias("_b"))
+                 .unique(["host", "_b"], keep="first", maintain_order=True).drop("_b"))
+        detector = pl.col("rule_id").fill_null("").str.starts_with("detector.")
+        layers: list[tuple[pl.DataFrame, tuple[str, str, float, int, str], int]] = []
+        for role, style in ROLE_STYLE.items():
+            if role == "progress":
+                layers.append((shown, style, prog.height))
+            else:
+                part = f.filter((pl.col("role") == role) & ~detector)
+                layers.append((part, style, part.height))
+        anom = f.filter(detector)
+        layers.append((anom, ANOMALY_STYLE, anom.height))
+        for part, (marker, colour, size, z, label), total in layers:
+            if part.height == 0:
+                continue
+            part = _thin(part, width_in)           # at most one marker per node per pixel
+            xs = part["time"].dt.replace_time_zone(None).to_list()
+            ys = [y[h] for h in part["host"].to_list()]
+            note = f"{total}, {part.height} shown" if total != part.height else f"{total}"
+            hollow = (marker, colour) == ANOMALY_STYLE[:2]
+            colours: dict[str, Any] = {"facecolors": "none", "edgecolors": colour} if hollow else {"c": colour}
+            ax.scatter(xs, ys, marker=marker, s=size * (0.6 if many else 1.0), zorder=z, label=f"{label} ({note})",
+                       linewidths=1.2 if hollow or marker in ("|", "X") else 0.5, **colours)
 
     def dt(ns: int) -> datetime:
         return datetime.fromtimestamp(ns / 1e9, tz=UTC).replace(tzinfo=None)
@@ -89,18 +137,25 @@ def timeline_figure(findings: pl.DataFrame, incidents: Sequence[Any] = (), *, ti
         t0, td = iso_to_ns(d["first_seen"]), iso_to_ns(d["detected_at"])
         ax.axvline(dt(t0), color="#d62728", linestyle="--", linewidth=0.8, zorder=0)  # type: ignore[arg-type]  # date units
         ax.axvline(dt(td), color="#d62728", linestyle="-", linewidth=0.8, alpha=0.6, zorder=0)  # type: ignore[arg-type]
-        if d.get("node") in y:
-            ax.annotate(f"#{n} {d.get('category')}", (dt(t0), y[d["node"]]), xytext=(4, 8),
-                        textcoords="offset points", fontsize=8, color="#d62728")
+        if d.get("node") in y and n <= 10:
+            ax.annotate(f"#{n} {d.get('category')}", (dt(t0), y[d["node"]]), xytext=(4, 6),
+                        textcoords="offset points", fontsize=7 if many else 8, color="#d62728")
     ax.set_yticks(range(len(hosts)))
-    ax.set_yticklabels(hosts)
-    ax.set_ylim(-0.7, max(0.7, len(hosts) - 0.3))
-    ax.xaxis.set_major_formatter(mdates.DateFormatter("%H:%M:%S"))
+    ax.set_yticklabels(hosts, fontsize=6 if many else 9)
+    for lab in ax.get_yticklabels():
+        if lab.get_text() in culprits:
+            lab.set_color("#d62728")
+            lab.set_fontweight("bold")
+    ax.set_ylim(max(0.7, len(hosts) - 0.3), -0.7)          # first row on top
+    fmt = mdates.DateFormatter("%H:%M:%S")
+    ax.xaxis.set_major_formatter(fmt)
+    ax.tick_params(axis="x", top=True, labeltop=True, bottom=True, labelbottom=True, labelsize=8)
     ax.set_xlabel("event time (UTC)   dashed: first fault line, solid: detected")
     ax.grid(axis="x", alpha=0.3)
     if f.height:
         ax.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize=8, frameon=False)
-    ax.set_title(title or "per-node timeline", fontsize=10)
+    ax.set_title((title or "per-node timeline") + (f" — {len(hosts)} nodes, culprits first" if many else ""),
+                 fontsize=10, pad=18)
     fig.tight_layout()
     return fig
 
@@ -131,7 +186,7 @@ def figure_png_base64(fig: Any, dpi: int = 100) -> str:
 
 
 def _e(v: Any) -> str:
-    return "-" if v is None else html.escape(str(v))
+    return "-" if v is None else html.escape(clean(v))
 
 
 def _table(df: pl.DataFrame, cols: Sequence[str] | None = None, code: Sequence[str] = ()) -> str:

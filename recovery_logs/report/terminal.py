@@ -15,6 +15,8 @@ from rich.table import Table
 from rich.text import Text
 
 from recovery_logs.records import Incident
+from recovery_logs.textsafe import clean, md_code_block, md_text
+from recovery_logs.textsafe import text as T
 from recovery_logs.timeutil import iso_to_ns, ns_to_iso
 
 if TYPE_CHECKING:
@@ -64,31 +66,31 @@ class IncidentPanel:
 
     def __rich__(self) -> Panel:
         i = self.inc
-        head = Text.assemble((f"#{self.rank} ", "bold"), (i.severity.upper(), SEV_STYLE.get(i.severity, "")),
-                             f"  {i.category}  ", (i.cause, "bold"))
+        head = Text.assemble((f"#{self.rank} ", "bold"), T(i.severity.upper(), SEV_STYLE.get(i.severity, "")),
+                             T(f"  {i.category}  "), T(i.cause, "bold"))
         meta = Table.grid(padding=(0, 2))
         meta.add_column(style="dim")
         meta.add_column()
-        meta.add_row("culprit", _where(i) + (f"  pci {i.pci}" if i.pci else ""))
-        meta.add_row("job", i.job_id or "-")
-        meta.add_row("confidence", f"{i.confidence:.2f}   status {i.status}")
+        meta.add_row("culprit", T(_where(i) + (f"  pci {i.pci}" if i.pci else "")))
+        meta.add_row("job", T(i.job_id or "-"))
+        meta.add_row("confidence", T(f"{i.confidence:.2f}   status {i.status}"))
         meta.add_row("first seen", _t(i.first_seen))
         meta.add_row("detected at", f"{_t(i.detected_at)}  (+{(i.detected_at - i.first_seen) / 1e9:.3f} s)")
         meta.add_row("lines", f"{i.count} across {len(i.nodes)} node(s)")
-        meta.add_row("actions", _actions(i) + "  (record only)" if i.actions and
-                     all(a.decision == "record_only" for a in i.actions) else _actions(i))
+        meta.add_row("actions", T(_actions(i) + "  (record only)" if i.actions and
+                                  all(a.decision == "record_only" for a in i.actions) else _actions(i)))
         cand = Table(show_header=True, header_style="bold", box=None, pad_edge=False)
         cand.add_column("candidate")
         cand.add_column("score", justify="right")
         cand.add_column("why")
         for c in i.candidates[:4]:
-            cand.add_row(c.node or "(job)", f"{c.score:.2f}", c.cause)
+            cand.add_row(T(c.node or "(job)"), f"{c.score:.2f}", T(c.cause))
         ev = Table(show_header=True, header_style="bold", box=None, pad_edge=False)
         ev.add_column("time", no_wrap=True)
         ev.add_column("node", no_wrap=True)
         ev.add_column("evidence", overflow="fold")
         for e in i.evidence:
-            ev.add_row(_t(e.time)[11:], e.node or "-", headline(e.message)[:200])
+            ev.add_row(_t(e.time)[11:], T(e.node or "-"), T(headline(e.message)[:200]))
         return Panel(Group(meta, Text(""), cand, Text(""), ev), title=head, title_align="left")
 
 
@@ -115,7 +117,7 @@ def timeline(findings: pl.DataFrame, first_ns: int | None, last_ns: int | None, 
         txt = Text()
         for ch, prio in cells[host]:
             txt.append(ch, style={4: "bold red", 3: "yellow", 2: "magenta"}.get(prio, "dim"))
-        t.add_row(host, txt)
+        t.add_row(T(host), txt)
     t.add_row("", Text(f"{_t(first_ns)[11:19]}{' ' * max(1, width - 16)}{_t(last_ns)[11:19]}", style="dim"))
     return t
 
@@ -128,7 +130,7 @@ def summary_table(summary: dict[str, Any]) -> Table:
             "out_of_order", "first_event", "last_event"]
     for k in keys:
         if k in summary:
-            t.add_row(k, str(summary[k]))
+            t.add_row(k, T(summary[k]))
     return t
 
 
@@ -143,8 +145,8 @@ def terminal_report(result: ReplayResult, max_incidents: int = 10) -> Group:
         for col in ("#", "severity", "category", "culprit", "job", "conf", "detected", "proposed actions"):
             ranked.add_column(col, overflow="fold")
         for n, i in enumerate(incs, 1):
-            ranked.add_row(str(n), Text(i.severity, SEV_STYLE.get(i.severity, "")), i.category, _where(i),
-                           i.job_id or "-", f"{i.confidence:.2f}", _t(i.detected_at)[11:], _actions(i))
+            ranked.add_row(str(n), T(i.severity, SEV_STYLE.get(i.severity, "")), T(i.category), T(_where(i)),
+                           T(i.job_id or "-"), f"{i.confidence:.2f}", _t(i.detected_at)[11:], T(_actions(i)))
         parts.append(ranked)
         parts.extend(IncidentPanel(i, n) for n, i in enumerate(incs[:max_incidents], 1))
     eng = result.engine
@@ -171,25 +173,26 @@ def markdown_report(result: ReplayResult) -> str:
         lines += ["| # | severity | category | culprit | job | confidence | detected at | proposed actions |",
                   "|---|---|---|---|---|---|---|---|"]
         for n, i in enumerate(result.incidents, 1):
-            lines.append(f"| {n} | {i.severity} | {i.category} | {_where(i)} | {i.job_id or '-'} | "
-                         f"{i.confidence:.2f} | {_t(i.detected_at)} | {_actions(i).replace('|', '/')} |")
+            lines.append(f"| {n} | {md_text(i.severity)} | {md_text(i.category)} | {md_text(_where(i))} | "
+                         f"{md_text(i.job_id or '-')} | {i.confidence:.2f} | {_t(i.detected_at)} | "
+                         f"{md_text(_actions(i))} |")
         lines.append("")
         for n, i in enumerate(result.incidents, 1):
-            lines += [f"## {n}. {i.cause}", "",
-                      f"- category: `{i.category}`, severity: {i.severity}, status: {i.status}",
-                      f"- culprit: {_where(i)}" + (f" (PCI {i.pci})" if i.pci else ""),
-                      f"- job: {i.job_id or '-'}, confidence {i.confidence:.2f}",
+            lines += [f"## {n}. {md_text(i.cause)}", "",
+                      f"- category: `{clean(i.category).replace('`', '')}`, severity: {md_text(i.severity)}, "
+                      f"status: {md_text(i.status)}",
+                      f"- culprit: {md_text(_where(i))}" + (f" (PCI {md_text(i.pci)})" if i.pci else ""),
+                      f"- job: {md_text(i.job_id or '-')}, confidence {i.confidence:.2f}",
                       f"- first seen {_t(i.first_seen)}, detected at {_t(i.detected_at)}, "
-                      f"last seen {_t(i.last_seen)}; {i.count} line(s) on {', '.join(i.nodes) or '-'}",
+                      f"last seen {_t(i.last_seen)}; {i.count} line(s) on {md_text(', '.join(i.nodes) or '-')}",
                       "", "| candidate | score | cause |", "|---|---|---|"]
-            lines += [f"| {c.node or '(job)'} | {c.score:.2f} | {c.cause} |" for c in i.candidates]
+            lines += [f"| {md_text(c.node or '(job)')} | {c.score:.2f} | {md_text(c.cause)} |" for c in i.candidates]
             lines += ["", "| kind | target | decision | reason |", "|---|---|---|---|"]
-            lines += [f"| {a.kind} | {a.target or '-'} | {a.decision} | {a.reason.replace('|', '/')} |"
-                      for a in i.actions]
-            lines += ["", "Evidence:", "", "```"]
-            lines += [f"{_t(e.time)} {e.node or '-'} {headline(e.message)}"
-                      for e in i.evidence]
-            lines += ["```", ""]
+            lines += [f"| {md_text(a.kind)} | {md_text(a.target or '-')} | {md_text(a.decision)} | "
+                      f"{md_text(a.reason)} |" for a in i.actions]
+            lines += ["", "Evidence:", ""]
+            lines += md_code_block([f"{_t(e.time)} {e.node or '-'} {headline(e.message)}" for e in i.evidence])
+            lines += [""]
     return "\n".join(lines) + "\n"
 
 
@@ -205,3 +208,12 @@ def precision_renderable(table: pl.DataFrame, gate: PromotionGate) -> Table:
         t.add_row(r["root_rule"], str(r["proposals"]), str(r["right"]), str(r["wrong"]), str(r["unknown"]),
                   str(r["graded_incidents"]), p, "promoted" if r.get("promoted") else "held")
     return t
+def incident_line(kind: str, i: Incident) -> str:
+    """One human line per new/updated incident (``watch`` without ``--json``; journald reads it)."""
+    where = _where(i)
+    job = f" job {i.job_id}" if i.job_id else ""
+    acts = _actions(i)
+    line = (f"{_t(i.detected_at)} {kind.upper():7s} {i.severity:8s} {i.category} {where}{job} "
+            f"[{i.id}] conf {i.confidence:.2f} status {i.status}: {headline(i.cause)}"
+            + (f" | actions: {acts}" if i.actions else ""))
+    return clean(line)

@@ -251,7 +251,7 @@ def test_server_down_at_start_then_up(make_vl):
         for _ in range(3):
             w.step()
             time.sleep(0.2)
-        assert gauge("recovery_logs_watch_source_up") == 0 and gauge("recovery_logs_watch_source_reached") == 0
+        assert gauge("recovery_logs_source_up") == 0 and gauge("recovery_logs_watch_source_reached") == 0
         assert "cannot connect" in (w.last_error or "")
         assert w.engine.watermark_ns is None                  # no event-time progress while nothing was read
         srv.start()
@@ -259,7 +259,7 @@ def test_server_down_at_start_then_up(make_vl):
         _steps(w, lambda out, w: w.incidents)
     finally:
         w.close()
-    assert gauge("recovery_logs_watch_source_up") == 1 and gauge("recovery_logs_watch_source_reached") == 1
+    assert gauge("recovery_logs_source_up") == 1 and gauge("recovery_logs_watch_source_reached") == 1
     assert w.incidents[0].node == "gpu-d1"
 
 
