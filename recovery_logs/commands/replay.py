@@ -66,6 +66,9 @@ def register(app: typer.Typer) -> None:
         start: Annotated[str | None, typer.Option("--start", help="RFC3339 start (with --source)")] = None,
         end: Annotated[str | None, typer.Option("--end", help="RFC3339 end (with --source)")] = None,
         width: Annotated[int | None, typer.Option("--width", help="terminal width for the report")] = None,
+        accounting: Annotated[str | None, typer.Option(
+            "--accounting", help="Slurm accounting to join node faults to jobs: a saved `sacct --json` or "
+            "`sacct -P` dump, or `sacct` to ask the live sacct for the replayed range")] = None,
     ) -> None:
         """Replay historical logs: ranked incidents with evidence and recorded (never executed) actions."""
         from recovery_logs.config import load_config
@@ -93,8 +96,10 @@ def register(app: typer.Typer) -> None:
             batches = history_batches(parse_url(source), query, iso_to_ns(start), iso_to_ns(end), opts)
         elif not paths:
             raise ConfigError("nothing to replay: give log PATHs or --source victorialogs://HOST:PORT")
-        res = replay([str(p) for p in paths or []], ReplayOptions(read=opts, config=cfg, out_dir=out),
-                     batches=batches)
+        if accounting is not None and accounting != "sacct" and not Path(accounting).is_file():
+            raise ConfigError("--accounting is neither a file nor `sacct`", path=accounting)
+        res = replay([str(p) for p in paths or []],
+                     ReplayOptions(read=opts, config=cfg, out_dir=out, accounting=accounting), batches=batches)
         _emit(res, as_json, width)
 
     @app.command("demo")

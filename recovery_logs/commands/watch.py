@@ -86,6 +86,9 @@ def register(app: typer.Typer) -> None:
         slurm: Annotated[bool, typer.Option("--slurm", help="hand incidents to the Slurm remediator")] = False,
         mode: Annotated[str | None, typer.Option("--mode", help="monitor|approve|autonomous (with --slurm)")] = None,
         policy: Annotated[Path | None, typer.Option("--policy", help="policy TOML: budget, breaker, cooldown, promotion")] = None,
+        accounting: Annotated[bool, typer.Option("--accounting/--no-accounting", help="with --slurm: poll squeue/sacct and join node faults to the jobs running there")] = True,
+        squeue_interval: Annotated[str, typer.Option("--squeue-interval", help="at most one squeue --json per interval")] = "10s",
+        sacct_interval: Annotated[str, typer.Option("--sacct-interval", help="at most one sacct --json per interval")] = "60s",
         tail_offset: Annotated[str, typer.Option("--tail-offset", hidden=True)] = "1s",
         max_findings: Annotated[int, typer.Option("--max-findings", hidden=True,
                                                   help="file sources: compact floods above this many findings")] = 200_000,
@@ -151,9 +154,17 @@ def register(app: typer.Typer) -> None:
                 sys.stdout.write(json.dumps(inc.to_dict(), ensure_ascii=False) + "\n")
                 sys.stdout.flush()
 
+            poller = None
+            if rem is not None and accounting:
+                from recovery_logs.sources.accounting import AccountingPoller
+
+                poller = AccountingPoller(rem.executor.runner, squeue_interval_s=_seconds("--squeue-interval",
+                                                                                         squeue_interval),
+                                          sacct_interval_s=_seconds("--sacct-interval", sacct_interval))
             watcher = Watcher(opts, emit=emit_json if as_json else None,
                               on_incidents=rem.handle if rem is not None else None,
-                              on_tick=rem.process_queue if rem is not None else None, metrics=metrics)
+                              on_tick=rem.process_queue if rem is not None else None, metrics=metrics,
+                              accounting=poller, observers=[rem.observe_progress] if rem is not None else [])
             watcher.open()
             if as_json:
                 watcher.run()

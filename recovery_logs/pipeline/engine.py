@@ -27,6 +27,8 @@ from recovery_logs.detectors.rulepack import RulePack, load_packs
 from recovery_logs.detectors.rules import match
 from recovery_logs.detectors.stragglers import StragglerDetector
 from recovery_logs.errors import ConfigError
+from recovery_logs.inventory import GpuInventory, fill_gpus, inventory_records, nccl_gpu_records
+from recovery_logs.jobjoin import annotate, fill_jobs, tag_attempts
 from recovery_logs.pipeline.enrich import fill_gpu, nccl_addresses, subject_host
 from recovery_logs.records import Incident
 from recovery_logs.remediation.plan import RECORD_ONLY, plan
@@ -90,6 +92,13 @@ class Engine:
         descriptions = {r.id: (r.description or r.id) for r in self.pack.rules}
         xid_names = {code: e.description or e.mnemonic for code, e in self.pack.xid_catalog.items()}
         self.attributor = Attributor(self.config, descriptions, xid_names)
+        self.inventory = GpuInventory()                 # (host, PCI) -> GPU index/UUID (NVML agent, NCCL lines)
+        self.allocations: pl.DataFrame | None = None    # Slurm accounting (sources.accounting); None: not given
+
+    def set_accounting(self, allocations: pl.DataFrame | None) -> None:
+        """The allocations frame (``sources.accounting.ALLOCATION_SCHEMA``) findings are joined
+        against (``recovery_logs.jobjoin``); None means "no accounting input" (incidents say so)."""
+        self.allocations = allocations
 
     # -- input -------------------------------------------------------------------------------
     def feed(self, events: pl.DataFrame) -> pl.DataFrame:
@@ -107,6 +116,9 @@ class Engine:
         self.windows = merge_windows(self.windows, window_counts(events, found, self.config.window_s))
         self.spans = merge_spans(self.spans, job_spans(events))
         self._learn_addresses(events)
+        gpus = inventory_records(events) + nccl_gpu_records(events)
+        if gpus:
+            self.inventory.update(gpus)
         tmax = events.select(pl.col("time").max().dt.epoch("ns")).item()
         if tmax is not None:
             self.max_time_ns = tmax if self.max_time_ns is None else max(self.max_time_ns, tmax)
@@ -252,7 +264,11 @@ class Engine:
 
     def incidents(self, decision: str = RECORD_ONLY) -> list[Incident]:
         """Ranked incidents (most important first) with their proposed actions."""
-        incs = self.attributor.incidents(self.all_findings(), self.spans, self.addr_hosts)
+        f = fill_gpus(self.all_findings(), self.inventory)
+        if self.allocations is not None and self.allocations.height:
+            f = tag_attempts(fill_jobs(f, self.allocations, self.inventory), self.allocations)
+        incs = self.attributor.incidents(f, self.spans, self.addr_hosts)
+        incs = annotate(incs, self.allocations, self.inventory, self.spans, self.config.job_span_grace_s)
         if self.floods:
             incs = [self._add_floods(i) for i in incs]
 

@@ -24,6 +24,7 @@ from recovery_logs.pipeline.outputs import prepare_out_dir, write_events, write_
 from recovery_logs.records import Incident
 from recovery_logs.remediation.plan import RECORD_ONLY
 from recovery_logs.schema import empty_quarantine, own_strings
+from recovery_logs.sources.accounting import load_accounting, sacct_range
 from recovery_logs.sources.files import iter_batches
 from recovery_logs.sources.read_common import Batch, ReadOptions
 from recovery_logs.timeutil import ns_to_iso
@@ -36,6 +37,9 @@ class ReplayOptions:
     read: ReadOptions | None = None      # None: defaults
     config: EngineConfig = field(default_factory=EngineConfig)
     out_dir: Path | None = None
+    # Slurm accounting to join findings against: a saved sacct --json / sacct -P dump (path), the
+    # string "sacct" (ask the live sacct for the replayed range), or an allocations frame
+    accounting: Any = None
 
 
 @dataclass
@@ -111,6 +115,9 @@ def replay(paths: Sequence[str | Path], options: ReplayOptions | None = None,
                          lines=stats.get("lines", 0), quarantined=sum(q.height for q in quarantine))
     if eng.max_time_ns is not None:
         eng.advance(eng.max_time_ns)
+    if opts.accounting is not None:
+        eng.set_accounting(_accounting_frame(opts.accounting, eng))
+        stats["accounting_rows"] = eng.allocations.height if eng.allocations is not None else 0
     incidents = eng.incidents(RECORD_ONLY)
     q = pl.concat(quarantine) if quarantine else empty_quarantine()
     summary = _summary(stats, eng, incidents, q)
@@ -121,6 +128,18 @@ def replay(paths: Sequence[str | Path], options: ReplayOptions | None = None,
         outputs["events"] = out_dir / "events.parquet"
         res.outputs = outputs
     return res
+
+
+def _accounting_frame(acc: Any, eng: Engine) -> pl.DataFrame:
+    if isinstance(acc, pl.DataFrame):
+        return acc
+    if str(acc) == "sacct":
+        lo = eng.windows.select(pl.col("first_time").min().dt.epoch("ns")).item() if eng.windows.height else None
+        hi = eng.max_time_ns
+        if lo is None or hi is None:
+            return sacct_range(0, 0)
+        return sacct_range(int(lo), int(hi))
+    return load_accounting(acc)
 
 
 def _summary(stats: Counter[str], eng: Engine, incidents: list[Incident], q: pl.DataFrame) -> dict[str, Any]:
@@ -141,4 +160,5 @@ def _summary(stats: Counter[str], eng: Engine, incidents: list[Incident], q: pl.
         "first_event": ns_to_iso(first),
         "last_event": ns_to_iso(eng.max_time_ns),
         "rules": len(eng.pack.rules),
+        **({"accounting_rows": int(stats["accounting_rows"])} if "accounting_rows" in stats else {}),
     }
