@@ -364,16 +364,22 @@ def with_attempts(df: pl.DataFrame) -> pl.DataFrame:
 
 def merge_allocations(old: pl.DataFrame, new: pl.DataFrame) -> pl.DataFrame:
     """The newer observation of an attempt wins; GPU indices, exit codes and restart counts it
-    lacks are kept from the older one (squeue knows indices, sacct outlives squeue's memory)."""
+    lacks are kept from the older one (squeue knows indices, sacct outlives squeue's memory), and
+    an attempt seen ended stays ended (slurmdbd lags slurmctld: a sacct answer may still say
+    RUNNING for a job squeue already shows CANCELLED)."""
     if old.height == 0:
         return new
     if new.height == 0:
         return old
     both = pl.concat([old.with_columns(pl.lit(0).alias("_o")), new.with_columns(pl.lit(1).alias("_o"))])
-    keep = ("gpu_index", "exit_code", "signal", "restart_count")
+    keep = ("gpu_index", "exit_code", "signal", "restart_count", "end")
+    ended = pl.col("end").is_not_null()
     merged = (both.sort("_o").group_by(KEY, maintain_order=True)
-              .agg(*[pl.col(c).last() for c in ALLOCATION_SCHEMA if c not in KEY and c not in keep],
-                   *[pl.col(c).drop_nulls().last() for c in keep]))
+              .agg(*[pl.col(c).last() for c in ALLOCATION_SCHEMA if c not in KEY and c not in keep and c != "state"],
+                   *[pl.col(c).drop_nulls().last() for c in keep],
+                   # an attempt that ended never runs again: sacct lagging slurmctld cannot resurrect it
+                   pl.when(ended.any()).then(pl.col("state").filter(ended).last()).otherwise(pl.col("state").last())
+                   .alias("state")))
     return with_attempts(merged.select(list(ALLOCATION_SCHEMA)).sort(["cluster", "job_id", "submit", "node"],
                                                                       nulls_last=True))
 

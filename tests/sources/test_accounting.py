@@ -252,6 +252,11 @@ def test_merge_keeps_what_the_newer_observation_lacks():
     m = merge_allocations(sq, later)
     assert m.height == sq.height and set(m.get_column("state").to_list()) == {"COMPLETED"}
     assert m.filter(pl.col("job_id") == "6").get_column("gpu_index").to_list() == [[2, 3, 4]]
+    # an ended attempt stays ended when a lagging observation still says RUNNING
+    ended = sq.with_columns(pl.lit("CANCELLED").alias("state"), pl.col("start").alias("end"))
+    lagging = sq.with_columns(pl.lit("RUNNING").alias("state"), pl.lit(None, sq.schema["end"]).alias("end"))
+    m = merge_allocations(ended, lagging)
+    assert set(m.get_column("state").to_list()) == {"CANCELLED"} and m.get_column("end").null_count() == 0
 
 
 def test_policy_restart_ceiling(tmp_path: Path):

@@ -173,9 +173,12 @@ def test_shared_node_two_jobs_gpu_aware_requeue(cluster, tmp_path: Path, recordi
     cluster.wait_running(a)
     cluster.wait_running(b)
     idx = {}
-    loop.until("both allocations with GPU indices", lambda: loop.poller.frame.filter(
-        loop.poller.frame["node"] == "gpu-n03").get_column("gpu_index").drop_nulls().len() == 2)
-    for row in loop.poller.frame.filter(loop.poller.frame["node"] == "gpu-n03").iter_rows(named=True):
+    def mine():
+        f = loop.poller.frame
+        return f.filter((f["node"] == "gpu-n03") & f["job_id"].is_in([a, b]))
+
+    loop.until("both allocations with GPU indices", lambda: mine().get_column("gpu_index").drop_nulls().len() == 2)
+    for row in mine().iter_rows(named=True):
         idx[row["job_id"]] = row["gpu_index"]
     assert sorted(len(v) for v in idx.values()) == [2, 2] and not set(idx[a]) & set(idx[b])
     # the NVML agent's inventory of gpu-n03 (what `nvml-agent --to stdout` prints), then an XID that
