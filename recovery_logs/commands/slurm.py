@@ -105,11 +105,11 @@ def register(app: typer.Typer) -> None:
         if as_json:
             typer.echo(json.dumps(out, sort_keys=True))
             return
-        for r in records:
-            typer.echo(f"{r['incident_id']} job {r['job_id']}: fault {r['fault_at']} -> detected +{r['detect_s']} s"
-                       f" -> requeue verified +{r['verify_s']} s -> running again {r['resumed_at'] or '-'}"
-                       f" -> progress {r['progress_resumed_at'] or '-'}; {r['gpu_hours_lost']:.4f} GPU-h lost"
-                       f" (until {r['lost_until']})")
+        for rec in records:
+            typer.echo(f"{rec['incident_id']} job {rec['job_id']}: fault {rec['fault_at']} -> detected "
+                       f"+{rec['detect_s']} s -> requeue verified +{rec['verify_s']} s -> running again "
+                       f"{rec['resumed_at'] or '-'} -> progress {rec['progress_resumed_at'] or '-'}; "
+                       f"{rec['gpu_hours_lost']:.4f} GPU-h lost (until {rec['lost_until']})")
         for f in out["incidents"]:
             typer.echo(f"{f['incident_id']} job {f['job_id'] or '-'}: {f['gpu_hours_lost']:.4f} GPU-h lost "
                        f"({f['gpus']} GPUs), MTTD {f['mttd_s']:.1f} s, time to action "

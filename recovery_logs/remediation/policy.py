@@ -185,7 +185,8 @@ def load_policy(path: Path | None, **overrides: Any) -> PolicyConfig:
                 if want is None:
                     raise PolicyError(f"policy: unknown key {key}.{sub}", key=f"{key}.{sub}", path=str(path))
                 if not isinstance(sval, want) or isinstance(sval, bool) or (
-                        want is list and not all(isinstance(x, int) and not isinstance(x, bool) for x in sval)):
+                        isinstance(sval, list) and not all(isinstance(x, int) and not isinstance(x, bool)
+                                                           for x in sval)):
                     raise PolicyError(f"policy: {key}.{sub} has the wrong type ({type(sval).__name__})",
                                       key=f"{key}.{sub}", path=str(path))
                 if key == "jobs":

@@ -401,8 +401,9 @@ class Remediator:
         """chain -> reason, for the chains of ``inc`` whose last ``stop_same_error_attempts``
         attempts (this one included) failed with the same root rule on pairwise different nodes."""
         need = self.config.stop_same_error_attempts
-        chains = {a.get("chain"): a.get("attempt") for a in inc.attempts if a.get("chain")}
-        if not chains or not inc.root_rule or not inc.node:
+        chains: dict[str, str | None] = {str(a["chain"]): a.get("attempt") for a in inc.attempts if a.get("chain")}
+        node = inc.node
+        if not chains or not inc.root_rule or node is None:
             return {}
         seen: dict[str, dict[str, tuple[str | None, str | None]]] = {c: {} for c in chains}
         for rec in self.audit.records("detection"):
@@ -416,7 +417,7 @@ class Remediator:
             prior = [v for _, v in sorted(by_attempt.items(), key=lambda kv: int(str(kv[0]).rsplit(":", 1)[-1])
                                           if str(kv[0]).rsplit(":", 1)[-1].isdigit() else -1)]
             last = prior[-(need - 1):] if need > 1 else []
-            nodes = [n for _, n in last] + [inc.node]
+            nodes = [str(n) for _, n in last] + [node]
             if len(last) == need - 1 and all(r == inc.root_rule for r, _ in last) and len(set(nodes)) == len(nodes):
                 out[c] = (f"stop, not restart: {need} attempts of job {c.split(':')[1]} failed with the same error "
                           f"({inc.root_rule}) on different nodes ({', '.join(nodes)}): the fault follows the job")

@@ -343,7 +343,7 @@ class NvmlAgent:
 
     def _read_inventory(self, dev: _Device) -> dict[str, Any]:
         """The GPU's identity and configuration (what the engine joins on). Unsupported fields are left out."""
-        h, out = dev.handle, {}
+        h, out = dev.handle, dict[str, Any]()
         for key, fn in (("name", "nvmlDeviceGetName"), ("serial", "nvmlDeviceGetSerial"),
                         ("board_part", "nvmlDeviceGetBoardPartNumber")):
             v = self._optional(fn, h)
