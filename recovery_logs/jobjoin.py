@@ -62,6 +62,10 @@ def fill_jobs(findings: pl.DataFrame, allocs: pl.DataFrame, inventory: GpuInvent
                     | pl.col("gpu_index").list.contains(pl.col("gpu"))))
     if cand.height == 0:
         return findings
+    # the grace after an attempt's end only counts when no attempt covers the finding's time itself
+    cand = (cand.with_columns((pl.col("end").is_null() | (pl.col("time") <= pl.col("end"))).alias("_exact"))
+            .with_columns(pl.col("_exact").any().over("_rid").alias("_any_exact"))
+            .filter(pl.col("_exact") | ~pl.col("_any_exact")))
     if inventory is not None and inventory.users:
         users = pl.DataFrame([(h, p, j) for (h, p), jobs in inventory.users.items() for j in jobs],
                              schema={"host": pl.String, "pci": pl.String, "_job": pl.String}, orient="row")
@@ -104,6 +108,8 @@ def covering(allocs: pl.DataFrame, host: str, t_ns: int, gpu: int | None = None,
     t = pl.lit(t_ns).cast(pl.Datetime("ns", "UTC"))
     rows = allocs.filter((pl.col("node") == host) & pl.col("step").is_null() & (pl.col("start") <= t)
                          & (pl.col("end").is_null() | (pl.col("end") + pl.duration(nanoseconds=grace_ns) >= t)))
+    exact = rows.filter(pl.col("end").is_null() | (pl.col("end") >= t))
+    rows = exact if exact.height else rows       # the grace after an end only when nothing covers t itself
     if gpu is not None:
         rows = rows.filter(pl.col("gpu_index").is_null() | pl.col("gpu_index").list.contains(gpu))
     if users:

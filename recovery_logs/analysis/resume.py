@@ -85,8 +85,9 @@ def _next_start(allocs: pl.DataFrame | None, job: str, attempt: dict[str, Any] |
         return None
     rows = allocs.filter((pl.col("job_id") == job) & pl.col("start").is_not_null())
     if attempt and attempt.get("chain"):
-        rows = rows.filter((pl.col("chain") == attempt["chain"])
-                           & (pl.col("restart_count") > int(attempt.get("restart_count") or 0)))
+        later = rows.filter(pl.col("restart_count") > int(attempt.get("restart_count") or 0))
+        same = later.filter(pl.col("chain") == attempt["chain"])
+        rows = same if same.height else later      # a sacct window without the first run: another chain key
     t = rows.filter(pl.col("start").dt.epoch("ns") > after_ns).select(pl.col("start").min().dt.epoch("ns")).item()
     return int(t) if t is not None else None
 

@@ -439,15 +439,14 @@ class Remediator:
         prog = eng.findings.filter(pl.col("category") == PROGRESS_CATEGORY)
         wrote = 0
         for r in todo:
-            chain = r["job_chain"]
             after = int((r["executed_ts"] or 0) * 1e9)
             resumed = None
             allocs = eng.allocations
             if allocs is not None:
                 nxt = allocs.filter((pl.col("job_id") == r["target"]) & pl.col("start").is_not_null()
                                     & (pl.col("start").dt.epoch("ns") > after - 120 * 10**9))
-                if chain:
-                    nxt = nxt.filter(pl.col("chain") == chain)
+                # not filtered by chain: a chain computed from a sacct window that misses earlier runs
+                # differs, and the start after the requeue already bounds it (a reused id starts later)
                 if r["job_attempt"]:
                     rc = int(str(r["job_attempt"]).rsplit(":", 1)[-1] or 0)
                     nxt = nxt.filter(pl.col("restart_count") > rc)

@@ -372,11 +372,15 @@ def merge_allocations(old: pl.DataFrame, new: pl.DataFrame) -> pl.DataFrame:
     if new.height == 0:
         return old
     both = pl.concat([old.with_columns(pl.lit(0).alias("_o")), new.with_columns(pl.lit(1).alias("_o"))])
-    keep = ("gpu_index", "exit_code", "signal", "restart_count", "end")
+    keep = ("gpu_index", "exit_code", "signal", "end")
     ended = pl.col("end").is_not_null()
     merged = (both.sort("_o").group_by(KEY, maintain_order=True)
-              .agg(*[pl.col(c).last() for c in ALLOCATION_SCHEMA if c not in KEY and c not in keep and c != "state"],
+              .agg(*[pl.col(c).last() for c in ALLOCATION_SCHEMA
+                     if c not in KEY and c not in keep and c not in ("state", "restart_count")],
                    *[pl.col(c).drop_nulls().last() for c in keep],
+                   # squeue's restart_cnt is Slurm's own count; one computed from a sacct window that
+                   # misses earlier runs can only be lower
+                   pl.col("restart_count").max(),
                    # an attempt that ended never runs again: sacct lagging slurmctld cannot resurrect it
                    pl.when(ended.any()).then(pl.col("state").filter(ended).last()).otherwise(pl.col("state").last())
                    .alias("state")))
