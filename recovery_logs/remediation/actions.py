@@ -101,6 +101,12 @@ class ActionStore:
                                       f" AND status IN ({marks})", (*args, *RAN)).fetchone()
         return int(row[0])
 
+    def attempt_acted(self, kind: str, job_attempt: str) -> bool:
+        """A job action of ``kind`` for this attempt already ran or is running (attempt idempotency)."""
+        marks = ",".join("?" * len(RAN))
+        return self.audit.conn.execute(f"SELECT 1 FROM actions WHERE kind = ? AND job_attempt = ? AND status IN"
+                                       f" ({marks}) LIMIT 1", (kind, job_attempt, *RAN)).fetchone() is not None
+
     def verified_requeues(self) -> list[dict[str, Any]]:
         return self._select("kind = 'requeue_job' AND status IN ('done', 'noop')")
 

@@ -217,6 +217,9 @@ class Remediator:
             if inc.root_rule:
                 self._rule_of[inc.id] = inc.root_rule
             for p in self._job_rules(inc):
+                if p.kind in ("requeue_job", "cancel_job") and p.attempt and self.store.attempt_acted(p.kind, p.attempt):
+                    self.duplicates += 1      # one requeue/cancel per job attempt, whatever incident asks again
+                    continue
                 d = self._consider(p, p.incident_id or inc.id, inc.cause, inc=inc)
                 if d is not None:
                     out.append(d)
