@@ -9,7 +9,10 @@ progress lines and ~3 % fault lines), then measures, on the same files:
 * ``python-re`` a per-line loop over the same compiled patterns (``re``)
 * ``replay``   ``recovery-logs replay`` end to end (read, parse, match, windows, detect, attribute)
 
-and prints lines/s and the ratios replay/rg and replay/python-re. Peak memory of replay is
+* ``replay --accounting``  the same replay joined against Slurm accounting for 1,024 nodes x 24 h
+  (a ``sacct -P`` dump of back-to-back jobs of 1-8 nodes, some requeued; ~10 k allocation rows)
+
+and prints lines/s and the ratios replay/rg and replay/python-re, and accounting/plain replay. Peak memory of replay is
 measured in a child process at 1/3, 2/3 and all of the input — more nodes, same file sizes — to
 show whether it stays flat as the input grows.
 """
@@ -97,6 +100,40 @@ def rule_patterns() -> list[str]:
             for p in r.patterns if "\\n" not in p and "\n" not in p]
 
 
+def generate_accounting(path: Path, nodes: int = 1024, hours: float = 24.0, seed: int = 11) -> int:
+    """A ``sacct -P -D -X`` dump: each block of 8 nodes runs back-to-back jobs of 1-8 nodes for
+    ``hours`` from the logs' start; ~5 % of the jobs are requeued once. Returns the job runs written."""
+    rnd = random.Random(seed)
+    t0 = datetime(2026, 11, 29, 0, 0, 0, tzinfo=UTC).timestamp() - 3600
+    end = t0 + hours * 3600 + 3600
+
+    def ts(t: float) -> str:
+        return time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(t))
+
+    names = [f"gpu-n{n:03d}" for n in range(1, nodes + 1)]
+    rows, job = ["JobIDRaw|JobID|Cluster|User|Partition|JobName|State|ExitCode|NodeList|Submit|Start|End|AllocTRES"], 100000
+    for b in range(0, nodes, 8):
+        block, t = names[b:b + 8], t0
+        while t < end:
+            k = rnd.choice([1, 2, 4, 8])
+            dur = rnd.uniform(1800, 4 * 3600)
+            job += 1
+            nl = ",".join(rnd.sample(block, k))
+            tres = f"cpu={k * 8},gres/gpu={k * 8},node={k}"
+            if rnd.random() < 0.05:
+                mid = t + dur / 3
+                rows.append(f"{job}|{job}|bench|u{job % 50}|gpu|train|REQUEUED|0:0|{nl}|{ts(t - 60)}|{ts(t)}|"
+                            f"{ts(mid)}|{tres}")
+                rows.append(f"{job}|{job}|bench|u{job % 50}|gpu|train|COMPLETED|0:0|{nl}|{ts(mid)}|{ts(mid + 20)}|"
+                            f"{ts(t + dur)}|{tres}")
+            else:
+                rows.append(f"{job}|{job}|bench|u{job % 50}|gpu|train|COMPLETED|0:0|{nl}|{ts(t - 60)}|{ts(t)}|"
+                            f"{ts(t + dur)}|{tres}")
+            t += dur + rnd.uniform(5, 120)
+    path.write_text("\n".join(rows) + "\n")
+    return len(rows) - 1
+
+
 def count_lines(files: list[Path]) -> int:
     n = 0
     for f in files:
@@ -165,17 +202,21 @@ def bench_stages_child(paths: list[str]) -> dict:
     return json.loads(p.stdout.strip().splitlines()[-1])
 
 
-def bench_replay_child(paths: list[str]) -> dict:
+def bench_replay_child(paths: list[str], accounting: Path | None = None) -> dict:
     """Run replay in a child process; return its wall time, peak RSS and summary."""
     code = (
-        "import json,resource,sys,time\n"
-        "from recovery_logs.pipeline.replay import replay\n"
-        "t=time.perf_counter(); r=replay(sys.argv[1:]); el=time.perf_counter()-t\n"
+        "import json,os,resource,sys,time\n"
+        "from recovery_logs.pipeline.replay import ReplayOptions, replay\n"
+        "acc=os.environ.get('RL_BENCH_ACCOUNTING') or None\n"
+        "t=time.perf_counter(); r=replay(sys.argv[1:], ReplayOptions(accounting=acc)); el=time.perf_counter()-t\n"
         "print(json.dumps({'elapsed_s':el,'peak_rss_mb':resource.getrusage(resource.RUSAGE_SELF).ru_maxrss/1024,"
-        "'events':r.summary['events'],'findings':r.summary['findings'],'incidents':r.summary['incidents']}))\n"
+        "'events':r.summary['events'],'findings':r.summary['findings'],'incidents':r.summary['incidents'],"
+        "'with_job':sum(1 for i in r.incidents if i.jobs),'accounting_rows':r.summary.get('accounting_rows',0),"
+        "'incidents_s':(lambda t0: (r.engine.incidents(), time.perf_counter()-t0)[1])(time.perf_counter())}))\n"
     )
     p = subprocess.run([sys.executable, "-c", code, *paths], capture_output=True, text=True, check=False,
-                       env={**os.environ, "POLARS_MAX_THREADS": os.environ.get("POLARS_MAX_THREADS", "2")})
+                       env={**os.environ, "POLARS_MAX_THREADS": os.environ.get("POLARS_MAX_THREADS", "2"),
+                            "RL_BENCH_ACCOUNTING": str(accounting or "")})
     if p.returncode != 0:
         raise SystemExit(f"replay failed: {p.stderr[-2000:]}")
     return json.loads(p.stdout.strip().splitlines()[-1])
@@ -220,6 +261,18 @@ def main() -> None:
           f"rule matching {st['match_s']:.2f} s ({st['match_s'] / rep['elapsed_s']:.0%}), "
           f"windows/detectors/attribution {rest:.2f} s ({rest / rep['elapsed_s']:.0%}); "
           f"read+parse alone vs ripgrep: {rg_s / st['read_s']:.2f}x")
+    acc = args.out / "accounting-1024x24h.txt"
+    runs = generate_accounting(acc)
+    tries = [(bench_replay_child([str(args.out / f"lines-{full}")]),            # alternated, best of 2 each:
+              bench_replay_child([str(args.out / f"lines-{full}")], accounting=acc)) for _ in range(2)]   # noise
+    plain = min((p for p, _ in tries), key=lambda r: r["elapsed_s"])
+    joined = min((j for _, j in tries), key=lambda r: r["elapsed_s"])
+    print(f"replay --accounting (1,024 nodes x 24 h: {runs:,} job runs, {joined['accounting_rows']:,} allocation "
+          f"rows): {joined['elapsed_s']:.2f} s vs {plain['elapsed_s']:.2f} s without "
+          f"(ratio {joined['elapsed_s'] / plain['elapsed_s']:.3f}x; {joined['with_job']}/{joined['incidents']} incidents "
+          f"name a job, {plain['with_job']} without); peak RSS {joined['peak_rss_mb']:.0f} MB vs {plain['peak_rss_mb']:.0f} MB")
+    print(f"  of which Engine.incidents() (the join runs there): {joined['incidents_s']:.3f} s vs "
+          f"{plain['incidents_s']:.3f} s without")
     if not args.no_memory:
         print("memory vs input size (replay peak RSS):")
         for n in sorted(results):

@@ -35,7 +35,7 @@ _API = ("ACTION_FRAME_SCHEMA", "AUDIT_FRAME_SCHEMA", "CANDIDATE_FRAME_SCHEMA", "
         "INCIDENT_FRAME_SCHEMA", "JOB_FRAME_SCHEMA", "actions_frame", "bundled_incident", "bundled_incident_names",
         "bundled_read_options", "candidates_frame", "evidence_frame", "incident_dicts", "incidents_frame",
         "jobs_frame", "load_audit", "load_events", "load_slurm_jobs", "load_truth", "logsql_for_line",
-        "replay_incident", "root_rule")
+        "replay_incident", "root_rule", "ALLOCATION_SCHEMA", "load_accounting", "resume_records")
 _ERRORS = ("AuditChainBroken", "AuditError", "ConfigError", "EvalFloorMissed", "InputError", "ModelError",
            "NVMLUnavailable", "PolicyError", "RecoveryLogsError", "RulePackError", "SlurmError", "SlurmUnavailable",
            "SourceError", "TrainingDataError", "UnsafeTargetError", "VictoriaLogsError")

@@ -43,6 +43,7 @@ from pathlib import Path
 
 import polars as pl
 
+from recovery_logs.analysis.resume import resume_records
 from recovery_logs.analysis.truth import load_truth, scenario_dirs
 from recovery_logs.audit import load_audit
 from recovery_logs.config import EngineConfig
@@ -65,6 +66,7 @@ from recovery_logs.frames import (
 )
 from recovery_logs.pipeline.replay import ReplayOptions, ReplayResult, replay
 from recovery_logs.schema import EVENT_SCHEMA
+from recovery_logs.sources.accounting import ALLOCATION_SCHEMA, load_accounting
 from recovery_logs.sources.files import ReadOptions, events_from_vl_records, read_paths
 from recovery_logs.sources.slurm import CommandRunner, SlurmClient
 from recovery_logs.sources.victorialogs import VictoriaLogsClient, parse_url
@@ -74,6 +76,7 @@ __all__ = [
     "INCIDENT_FRAME_SCHEMA", "JOB_FRAME_SCHEMA", "actions_frame", "bundled_incident", "bundled_incident_names", "bundled_read_options",
     "candidates_frame", "evidence_frame", "incident_dicts", "incidents_frame", "jobs_frame", "load_audit",
     "load_events", "load_slurm_jobs", "load_truth", "logsql_for_line", "replay_incident", "root_rule",
+    "ALLOCATION_SCHEMA", "load_accounting", "resume_records",
 ]
 
 

@@ -46,6 +46,8 @@ APP_ACTIONS = {"none_user_bug", "none"}
 TIMEOUT_CATEGORY = Category.NCCL_TIMEOUT_HANG.value
 NET_CATEGORY = Category.NCCL_NETWORK_ERROR.value
 
+ATTEMPT_COL = "_attempt"   # optional findings column: the job attempt (accounting), part of the scope
+ATTEMPT_SEP = "@"
 _ROW_COLS = ["category", "severity", "role", "action", "xid", "pci", "gpu", "message", "file", "line", "peer",
              "rank", "source", "time_inferred"]
 
@@ -102,8 +104,12 @@ def fill_jobs(findings: pl.DataFrame, spans: pl.DataFrame, grace_s: float) -> pl
 def group_findings(findings: pl.DataFrame, gap_s: float) -> pl.DataFrame:
     """Add `scope`, `family` and `group` (int) columns; progress/clear rows are kept out of groups."""
     f = findings.filter(pl.col("category") != PROGRESS_CATEGORY)
+    # accounting tags a job's findings with their attempt (jobjoin.tag_attempts): one incident per attempt,
+    # so a requeued or reused job id never groups with an earlier attempt's lines
+    job = (pl.col("job_id") + pl.when(pl.col(ATTEMPT_COL).is_not_null()).then(pl.lit(ATTEMPT_SEP) + pl.col(ATTEMPT_COL))
+           .otherwise(pl.lit(""))) if ATTEMPT_COL in f.columns else pl.col("job_id")
     f = f.with_columns(
-        pl.coalesce(pl.col("job_id"), pl.lit("host:") + pl.col("host"), pl.lit("global")).alias("scope"),
+        pl.coalesce(job, pl.lit("host:") + pl.col("host"), pl.lit("global")).alias("scope"),
         pl.when(pl.col("category") == Category.STRAGGLER.value).then(pl.lit("straggler"))
         .when(pl.col("category") == Category.ANOMALY.value).then(pl.lit("anomaly"))
         .otherwise(pl.lit("fault")).alias("family"),
@@ -303,7 +309,7 @@ class Attributor:
         scored = [r for r in rows if r.role in ROLE_WEIGHT]
         if not any(r.role in ("cause", "symptom", "breadcrumb") for r in scored):
             return None
-        hosts_in_job = job_hosts.get(scope, set())
+        hosts_in_job = job_hosts.get(scope.split(ATTEMPT_SEP)[0], set())
         cands = rank_candidates(scored, hosts_in_job, addr_hosts, self.cause_text)
         top, top_row = cands[0]
         if top_row is None:   # a silent suspect: describe the incident by its strongest symptom
@@ -359,7 +365,7 @@ class Attributor:
         counts: dict[str, int] = {}
         for r in rows:
             counts[r.rule_id] = counts.get(r.rule_id, 0) + r.count
-        job = None if scope.startswith("host:") or scope == "global" else scope
+        job = None if scope.startswith("host:") or scope == "global" else scope.split(ATTEMPT_SEP)[0]
         return Incident(
             id=incident_id(scope, family, first_seen), category=category, cause=top.cause, severity=severity,
             node=top.node, gpu=gpu, job_id=job, xid=top_row.xid if top_row.host == top.node else None,

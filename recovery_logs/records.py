@@ -53,12 +53,16 @@ class ActionProposal:
     reason: str
     incident_id: str | None = None
     exclude: tuple[str, ...] = ()   # for requeue_job: nodes to exclude
+    attempt: str | None = None      # job actions: "cluster:job_id:submit_s:restart_count" (jobjoin)
+    chain: str | None = None        # job actions: "cluster:job_id:first_submit_s" (one job across requeues)
 
     def to_dict(self) -> dict[str, Any]:
         d: dict[str, Any] = {"kind": self.kind, "target": self.target, "decision": self.decision,
                              "reason": self.reason}
         if self.exclude:
             d["exclude"] = list(self.exclude)
+        if self.attempt:
+            d["attempt"] = self.attempt
         return d
 
     @property
@@ -94,6 +98,9 @@ class Incident:
     root_rule: str | None = None   # rule id of the root-cause finding (what grading and backtest count per)
     authority: str = "node"  # who vouches for the culprit's fault line: node | job | claim (recovery_logs.trust)
     confirmed: bool = True   # the culprit has its own fault line from a source with authority over it
+    jobs: tuple[str, ...] = ()     # every job the incident affects, job_id first (jobjoin: shared nodes)
+    attempts: tuple[dict[str, Any], ...] = ()   # per affected job: attempt identity, GPUs, nodes (accounting)
+    gpu_uuid: str | None = None    # from the GPU inventory when the evidence names a PCI bus id
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -104,6 +111,7 @@ class Incident:
             "detected_at": ns_to_iso(self.detected_at), "count": self.count, "nodes": list(self.nodes),
             "status": self.status, "pci": self.pci, "suggested_action": self.suggested_action,
             "root_rule": self.root_rule,
+            "jobs": list(self.jobs), "attempts": [dict(a) for a in self.attempts], "gpu_uuid": self.gpu_uuid,
             "rule_ids": list(self.rule_ids),
             "counts_by_rule": dict(sorted(self.counts_by_rule.items())),
             "evidence": [e.to_dict() for e in self.evidence],

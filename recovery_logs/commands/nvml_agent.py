@@ -44,6 +44,9 @@ def register(app: typer.Typer) -> None:
         interval: Annotated[str, typer.Option("--interval", help="poll interval, e.g. 10s, 1m")] = "10s",
         once: Annotated[bool, typer.Option("--once", help="poll once, drain queued XID events, exit")] = False,
         host: Annotated[str | None, typer.Option("--host", help="node name (default: short hostname)")] = None,
+        for_s: Annotated[float | None, typer.Option("--for", help="stop after about SECONDS (whole poll cycles)")] = None,
+        record: Annotated[str | None, typer.Option("--record", help="also write every NVML call and answer to "
+                                                   "FILE (JSON lines; ReplayNvml replays it in tests)")] = None,
     ) -> None:
         """Read GPU health from NVML (XID events, ECC, row remap, throttling, NVLink, ...) and emit
         change-only events. Exit 9 when this host has no NVML (no driver or no GPU)."""
@@ -64,5 +67,22 @@ def register(app: typer.Typer) -> None:
         else:
             raise ConfigError("nvml-agent: --to must be stdout or victorialogs://HOST:PORT", to=to)
         node = host or socket.gethostname().split(".")[0]
-        with NvmlAgent(load_nvml(), host=node) as agent:
-            agent.run(sink, interval_s, stop_after=1 if once else None)
+        if for_s is not None and for_s <= 0:
+            raise ConfigError("nvml-agent: --for must be positive", for_s=for_s)
+        cycles = 1 if once else (max(1, round(for_s / interval_s)) if for_s is not None else None)
+        nvml = load_nvml()
+        fh = None
+        if record:
+            from recovery_logs.sources.nvml_record import RecordingNvml
+
+            try:
+                fh = open(record, "w", encoding="utf-8")  # noqa: SIM115 - closed below, after the agent
+            except OSError as exc:
+                raise ConfigError(f"nvml-agent: cannot write --record: {exc}", path=record) from exc
+            nvml = RecordingNvml(nvml, fh, host=node, note="recovery-logs nvml-agent --record")
+        try:
+            with NvmlAgent(nvml, host=node) as agent:
+                agent.run(sink, interval_s, stop_after=cycles)
+        finally:
+            if fh is not None:
+                fh.close()

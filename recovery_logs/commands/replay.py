@@ -109,6 +109,9 @@ def register(app: typer.Typer) -> None:
         vl_account: Annotated[str | None, typer.Option("--vl-account", help="tenant AccountID")] = None,
         vl_project: Annotated[str | None, typer.Option("--vl-project", help="tenant ProjectID")] = None,
         extra_filter: Annotated[list[str] | None, typer.Option("--extra-filter", help="server-side extra_filters (repeatable)")] = None,
+        accounting: Annotated[str | None, typer.Option(
+            "--accounting", help="Slurm accounting to join node faults to jobs: a saved `sacct --json` or "
+            "`sacct -P` dump, or `sacct` to ask the live sacct for the replayed range")] = None,
     ) -> None:
         """Replay historical logs: ranked incidents with evidence and recorded (never executed) actions."""
         from recovery_logs.config import load_config
@@ -140,12 +143,14 @@ def register(app: typer.Typer) -> None:
                                            iso_to_ns(end), opts)
         elif not paths:
             raise ConfigError("nothing to replay: give log PATHs or --source victorialogs://HOST:PORT")
+        if accounting is not None and accounting != "sacct" and not Path(accounting).is_file():
+            raise ConfigError("--accounting is neither a file nor `sacct`", path=accounting)
         from recovery_logs.commands._progress import ProgressBar, input_size, wanted
 
         names = [str(p) for p in paths or []]
         on = wanted(progress)
         with ProgressBar(on, "replay", total=input_size(names) if on and names else None) as bar:
-            ropts = ReplayOptions(read=opts, config=cfg, out_dir=out, progress=bar.stats)
+            ropts = ReplayOptions(read=opts, config=cfg, out_dir=out, progress=bar.stats, accounting=accounting)
             if workers is not None or ray_address is not None:
                 if batches is not None:
                     raise ConfigError("--workers/--ray-address read files; --source is read in one process")

@@ -8,7 +8,10 @@ from typing import Annotated
 
 import typer
 
+from recovery_logs.analysis.resume import resume_records
 from recovery_logs.commands.audit import STATE_DIR_HELP, _state_dir
+from recovery_logs.errors import SlurmError
+from recovery_logs.sources.accounting import sacct_jobs
 from recovery_logs.textsafe import clean, json_dumps
 
 
@@ -86,9 +89,27 @@ def register(app: typer.Typer) -> None:
             for r in SlurmClient().jobs(jobs):
                 runs.setdefault(r.job_id, []).append(r)
         out = ledger(incs, runs, acts, time.time_ns())
+        log = AuditLog(path)
+        jobs = sorted(set(jobs) | {j for r in log.records("detection") for j in r.payload.get("jobs") or ()
+                                   if str(j).replace("_", "").isdigit()})
+        try:
+            allocs = sacct_jobs(jobs) if jobs else None
+        except SlurmError as exc:      # accounting blind: the records say "unknown", never "not resumed"
+            typer.echo(f"slurm ledger: sacct unavailable, resumed_at unknown: {exc}", err=True)
+            allocs = None
+        try:
+            records = [r.to_dict() for r in resume_records(log, allocs, time.time_ns())]
+        finally:
+            log.close()
+        out["records"] = records
         if as_json:
             typer.echo(json_dumps(out, sort_keys=True))
             return
+        for rec in records:
+            typer.echo(f"{rec['incident_id']} job {rec['job_id']}: fault {rec['fault_at']} -> detected "
+                       f"+{rec['detect_s']} s -> requeue verified +{rec['verify_s']} s -> running again "
+                       f"{rec['resumed_at'] or '-'} -> progress {rec['progress_resumed_at'] or '-'}; "
+                       f"{rec['gpu_hours_lost']:.4f} GPU-h lost (until {rec['lost_until']})")
         for f in out["incidents"]:
             typer.echo(clean(f"{f['incident_id']} job {f['job_id'] or '-'}: {f['gpu_hours_lost']:.4f} GPU-h lost "
                        f"({f['gpus']} GPUs), MTTD {f['mttd_s']:.1f} s, time to action "

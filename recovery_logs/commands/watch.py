@@ -123,6 +123,9 @@ def register(app: typer.Typer) -> None:
         mode: Annotated[str | None, typer.Option("--mode", help="monitor|approve|autonomous (with --slurm)")] = None,
         policy: Annotated[Path | None, typer.Option("--policy", help="policy TOML: budget, breaker, cooldown, promotion")] = None,
         tail_offset: Annotated[str, typer.Option("--tail-offset", hidden=True, help="VictoriaLogs tail offset (testing)")] = "1s",
+        accounting: Annotated[bool, typer.Option("--accounting/--no-accounting", help="with --slurm: poll squeue/sacct and join node faults to the jobs running there")] = True,
+        squeue_interval: Annotated[str, typer.Option("--squeue-interval", help="at most one squeue --json per interval")] = "10s",
+        sacct_interval: Annotated[str, typer.Option("--sacct-interval", help="at most one sacct --json per interval")] = "60s",
         max_findings: Annotated[int, typer.Option("--max-findings", hidden=True,
                                                   help="file sources: compact floods above this many findings")] = 200_000,
         live_mode: Annotated[str, typer.Option("--live", help="poll (default: /query with a time cursor; never blocks a server's graceful shutdown) | tail")] = "poll",
@@ -223,9 +226,17 @@ def register(app: typer.Typer) -> None:
                     if metrics is not None:
                         metrics.remediation(out, rem.breaker())
                     return out
+            poller = None
+            if rem is not None and accounting:
+                from recovery_logs.sources.accounting import AccountingPoller
+
+                poller = AccountingPoller(rem.executor.runner, squeue_interval_s=_seconds("--squeue-interval",
+                                                                                         squeue_interval),
+                                          sacct_interval_s=_seconds("--sacct-interval", sacct_interval))
 
             watcher = Watcher(opts, emit=emit, on_incidents=handle,
-                              on_tick=rem.process_queue if rem is not None else None, metrics=metrics)
+                              on_tick=rem.process_queue if rem is not None else None, metrics=metrics,
+                              accounting=poller, observers=[rem.observe_progress] if rem is not None else [])
             if explain:
                 if watcher.vl_url is None:
                     raise ConfigError("--explain needs a victorialogs:// source")

@@ -12,7 +12,7 @@ from __future__ import annotations
 import functools
 from collections import Counter
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +27,8 @@ from recovery_logs.detectors.rulepack import RulePack, load_packs
 from recovery_logs.detectors.rules import match
 from recovery_logs.detectors.stragglers import StragglerDetector
 from recovery_logs.errors import ConfigError
+from recovery_logs.inventory import GpuInventory, fill_gpus, inventory_records, nccl_gpu_records
+from recovery_logs.jobjoin import annotate, fill_jobs, tag_attempts
 from recovery_logs.pipeline.enrich import fill_gpu, nccl_addresses, subject_host
 from recovery_logs.records import Incident
 from recovery_logs.remediation.plan import RECORD_ONLY, plan
@@ -75,6 +77,7 @@ class EnginePart:
     addresses: dict[str, tuple[int, str]]      # NCCL ip -> (first time ns, host), the earliest
     max_time_ns: int | None
     events: int
+    gpus: list[Any] = field(default_factory=list)   # GPU inventory records (NVML inventory, NCCL init lines), in order
 
     def merge(self, other: EnginePart) -> EnginePart:
         """Both parts as one (associative; ``self`` read before ``other``)."""
@@ -85,7 +88,7 @@ class EnginePart:
         mx = [t for t in (self.max_time_ns, other.max_time_ns) if t is not None]
         return EnginePart(pl.concat([self.findings, other.findings]), merge_windows(self.windows, other.windows),
                           merge_spans(self.spans, other.spans), addr, max(mx) if mx else None,
-                          self.events + other.events)
+                          self.events + other.events, self.gpus + other.gpus)
 
     def shift_seq(self, offset: int) -> EnginePart:
         """The part as if its events had been read after ``offset`` others (global ``seq``)."""
@@ -120,6 +123,13 @@ class Engine:
         descriptions = {r.id: (r.description or r.id) for r in self.pack.rules}
         xid_names = {code: e.description or e.mnemonic for code, e in self.pack.xid_catalog.items()}
         self.attributor = Attributor(self.config, descriptions, xid_names)
+        self.inventory = GpuInventory()                 # (host, PCI) -> GPU index/UUID (NVML agent, NCCL lines)
+        self.allocations: pl.DataFrame | None = None    # Slurm accounting (sources.accounting); None: not given
+
+    def set_accounting(self, allocations: pl.DataFrame | None) -> None:
+        """The allocations frame (``sources.accounting.ALLOCATION_SCHEMA``) findings are joined
+        against (``recovery_logs.jobjoin``); None means "no accounting input" (incidents say so)."""
+        self.allocations = allocations
 
     # -- input -------------------------------------------------------------------------------
     def feed(self, events: pl.DataFrame) -> pl.DataFrame:
@@ -142,7 +152,7 @@ class Engine:
                 addr[ip] = (t, h)
         tmax = events.select(pl.col("time").max().dt.epoch("ns")).item()
         return EnginePart(found, window_counts(events, found, self.config.window_s), job_spans(events), addr,
-                          tmax, events.height)
+                          tmax, events.height, inventory_records(events) + nccl_gpu_records(events))
 
     def absorb(self, part: EnginePart) -> None:
         """Fold a part (from ``partial``, here or in a worker) into the state."""
@@ -158,6 +168,8 @@ class Engine:
             if prev is None or t < prev or (t == prev and h < self.addr_hosts[ip]):
                 self._addr_first[ip] = t
                 self.addr_hosts[ip] = h
+        if part.gpus:
+            self.inventory.update(part.gpus)
         tmax = part.max_time_ns
         if tmax is not None:
             self.max_time_ns = tmax if self.max_time_ns is None else max(self.max_time_ns, tmax)
@@ -295,7 +307,11 @@ class Engine:
 
     def incidents(self, decision: str = RECORD_ONLY) -> list[Incident]:
         """Ranked incidents (most important first) with their proposed actions."""
-        incs = self.attributor.incidents(self.all_findings(), self.spans, self.addr_hosts)
+        f = fill_gpus(self.all_findings(), self.inventory)
+        if self.allocations is not None and self.allocations.height:
+            f = tag_attempts(fill_jobs(f, self.allocations, self.inventory), self.allocations)
+        incs = self.attributor.incidents(f, self.spans, self.addr_hosts)
+        incs = annotate(incs, self.allocations, self.inventory, self.spans, self.config.job_span_grace_s)
         if self.floods:
             incs = [self._add_floods(i) for i in incs]
 

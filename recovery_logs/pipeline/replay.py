@@ -23,6 +23,7 @@ from recovery_logs.pipeline.outputs import prepare_out_dir, write_events, write_
 from recovery_logs.records import Incident
 from recovery_logs.remediation.plan import RECORD_ONLY
 from recovery_logs.schema import empty_quarantine, own_strings
+from recovery_logs.sources.accounting import load_accounting, sacct_range
 from recovery_logs.sources.files import iter_batches
 from recovery_logs.sources.read_common import Batch, ReadOptions
 from recovery_logs.textsafe import json_dumps
@@ -39,6 +40,9 @@ class ReplayOptions:
     out_dir: Path | None = None
     quarantine_cap: int = 10_000         # quarantine rows kept per reason; the rest are only counted
     progress: Any = None                 # a callable(stats: Counter) called after every batch, or None
+    # Slurm accounting to join findings against: a saved sacct --json / sacct -P dump (path), the
+    # string "sacct" (ask the live sacct for the replayed range), or an allocations frame
+    accounting: Any = None
 
 
 @dataclass
@@ -139,11 +143,11 @@ def replay(paths: Sequence[str | Path], options: ReplayOptions | None = None,
     finally:
         if writer is not None:
             writer.close()
-    return finish_replay(eng, stats, keeper, paths, out_dir, t0)
+    return finish_replay(eng, stats, keeper, paths, out_dir, t0, accounting=opts.accounting)
 
 
 def finish_replay(eng: Engine, stats: Counter[str], keeper: QuarantineKeeper, paths: Sequence[str | Path],
-                  out_dir: Path | None, t0: float) -> ReplayResult:
+                  out_dir: Path | None, t0: float, accounting: Any = None) -> ReplayResult:
     """Everything read is in ``eng``: rank incidents, summarise, write the outputs (shared with the
     sharded replay of ``pipeline.scale``)."""
     if eng.stats["events"] == 0:
@@ -153,6 +157,9 @@ def finish_replay(eng: Engine, stats: Counter[str], keeper: QuarantineKeeper, pa
                          unreadable=stats.get("unreadable", 0))
     if eng.max_time_ns is not None:
         eng.advance(eng.max_time_ns)
+    if accounting is not None:
+        eng.set_accounting(_accounting_frame(accounting, eng))
+        stats["accounting_rows"] = eng.allocations.height if eng.allocations is not None else 0
     incidents = eng.incidents(RECORD_ONLY)
     q = keeper.frame()
     summary = _summary(stats, eng, incidents, q)
@@ -165,6 +172,18 @@ def finish_replay(eng: Engine, stats: Counter[str], keeper: QuarantineKeeper, pa
             outputs["events"] = out_dir / "events.parquet"
         res.outputs = outputs
     return res
+
+
+def _accounting_frame(acc: Any, eng: Engine) -> pl.DataFrame:
+    if isinstance(acc, pl.DataFrame):
+        return acc
+    if str(acc) == "sacct":
+        lo = eng.windows.select(pl.col("first_time").min().dt.epoch("ns")).item() if eng.windows.height else None
+        hi = eng.max_time_ns
+        if lo is None or hi is None:
+            return sacct_range(0, 0)
+        return sacct_range(int(lo), int(hi))
+    return load_accounting(acc)
 
 
 def _summary(stats: Counter[str], eng: Engine, incidents: list[Incident], q: pl.DataFrame) -> dict[str, Any]:
@@ -187,4 +206,5 @@ def _summary(stats: Counter[str], eng: Engine, incidents: list[Incident], q: pl.
         "first_event": ns_to_iso(first),
         "last_event": ns_to_iso(eng.max_time_ns),
         "rules": len(eng.pack.rules),
+        **({"accounting_rows": int(stats["accounting_rows"])} if "accounting_rows" in stats else {}),
     }

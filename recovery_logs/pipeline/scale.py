@@ -155,4 +155,4 @@ def replay_sharded(paths: Sequence[str | Path], options: ReplayOptions | None = 
     for q in quar:
         keeper.add(q)
     keeper.dropped.update(dropped)   # what the workers only counted
-    return finish_replay(eng, stats, keeper, paths, out_dir, t0)
+    return finish_replay(eng, stats, keeper, paths, out_dir, t0, accounting=opts.accounting)

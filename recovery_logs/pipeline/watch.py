@@ -64,6 +64,7 @@ from recovery_logs.errors import ConfigError, RecoveryLogsError, SourceError, Vi
 from recovery_logs.pipeline.cursor import WatchCursor, cursor_name
 from recovery_logs.pipeline.engine import Engine
 from recovery_logs.records import Incident
+from recovery_logs.source_health import SourceHealth, health_incidents
 from recovery_logs.sources.files import events_from_vl_records
 from recovery_logs.sources.follow import FileFollower
 from recovery_logs.sources.formats import vl_columns
@@ -112,6 +113,7 @@ class _Track:
 log = logging.getLogger("recovery_logs.watch")
 EXPORT_UNIT = "recovery-logs"
 REBUILD_MAX_BYTES = 256 << 20     # restart: at most this much of a file before its offset is read again
+INVENTORY_FILTER = '_msg:~" inventory "'   # recovery_logs.inventory: NVML agent inventory events
 
 
 @dataclass(frozen=True)
@@ -201,14 +203,15 @@ def incident_rows(incidents: Sequence[Incident]) -> list[dict[str, str]]:
 
 def _version(inc: Incident) -> dict[str, Any]:
     return {"first_seen": inc.first_seen, "last_seen": inc.last_seen, "count": inc.count, "status": inc.status,
-            "severity": inc.severity, "category": inc.category, "node": inc.node, "job_id": inc.job_id}
+            "severity": inc.severity, "category": inc.category, "node": inc.node, "job_id": inc.job_id, "jobs": list(inc.jobs)}
 
 
 def _changed(old: dict[str, Any] | None, inc: Incident) -> bool:
     if old is None:
         return True
     return (inc.count > old.get("count", 0) or inc.last_seen > old.get("last_seen", 0)
-            or inc.status != old.get("status") or inc.severity != old.get("severity"))
+            or inc.status != old.get("status") or inc.severity != old.get("severity")
+            or inc.job_id != old.get("job_id", inc.job_id) or list(inc.jobs) != old.get("jobs", list(inc.jobs)))
 
 
 def _scope(options: WatchOptions) -> str | None:
@@ -278,7 +281,10 @@ class Watcher:
                  on_incidents: Callable[[list[Incident]], None] | None = None,
                  metrics: WatchMetrics | None = None, clock: Callable[[], int] = time.time_ns,
                  client: VictoriaLogsClient | None = None,
-                 on_tick: Callable[[], Any] | None = None) -> None:
+                 on_tick: Callable[[], Any] | None = None, accounting: Any = None,
+                 observers: Sequence[Callable[[Watcher], None]] = ()) -> None:
+        """``accounting``: a ``sources.accounting.AccountingPoller`` (Slurm allocations joined to
+        findings; polled at its own bounded rate); ``observers`` are called after every step."""
         self.options = options
         self.on_tick = on_tick          # called every step (the remediator retries cleared denials)
         self.lock = (StateLock(options.state_dir, lock_scope(options)) if options.state_dir is not None and options.lock
@@ -323,12 +329,17 @@ class Watcher:
         self._side_saved = 0.0
         side = _read_json(self._side_path()) or {}
         self._aliases: dict[str, str] = dict(side.get("aliases") or {})   # changed id -> first reported id
+        self.accounting = accounting
+        self.observers = list(observers)
+        self.vl_health = SourceHealth("victorialogs")
 
     # -- setup -------------------------------------------------------------------------------
     def prepare(self) -> Watcher:
         """The queries and fields the watch will send (no network): ``--explain`` prints them."""
         if self.vl_url is not None and self.query is None:
             pre = self.engine.pack.logsql_prefilter() if self.options.prefilter else None
+            if pre and pre != "*":   # the NVML agent's inventory lines feed the GPU inventory, not a rule
+                pre = f'({pre} OR {INVENTORY_FILTER})'
             self.query = compose_query(self.options.query, pre)
             self.fields = list(dict.fromkeys(["_time", "_stream_id", "_stream", "_msg",
                                               *vl_columns(tuple(self.read.host_fields))]))
@@ -452,6 +463,8 @@ class Watcher:
         hi = now - self.vl.offset_ns
         lo = self._context_start(self.vl.complete_ns or hi)
         fresh = Engine(self.engine.config, pack=self.engine.pack)
+        fresh.set_accounting(self.engine.allocations)
+        fresh.inventory = self.engine.inventory
         old, self.engine = self.engine, fresh
         read = 0
         try:
@@ -606,6 +619,10 @@ class Watcher:
                 fed += self._feed(self._vl_events(rows))
             self.cursor.complete_ns = self.vl.complete_ns
             self.last_error = self.vl.last_error
+            if self.vl.last_error:
+                self.vl_health.fail(now / NS, self.vl.last_error)
+            elif rows or self.vl.complete_ns is not None:
+                self.vl_health.ok(now / NS)
             fatal = getattr(self.vl, "fatal", None)
             if fatal is not None:
                 self._sync_metrics(now)
@@ -628,6 +645,8 @@ class Watcher:
         if (self.vl is not None and self.options.rotate_s and self.vl.complete_ns is not None
                 and now - self._born >= int(self.options.rotate_s * NS)):
             self._rotate(now)
+        if self.accounting is not None and self.accounting.poll(now / NS):
+            self.engine.set_accounting(self.accounting.frame)
         closed = self._closed_ns()
         wm: int | None = now - self.lateness_ns
         if self.vl is not None and wm is not None:   # event time only as far as the server was read: a catch-up over
@@ -646,15 +665,27 @@ class Watcher:
             except RecoveryLogsError as exc:
                 self._error("remediation", exc)
         self._sync_metrics(now)
+        for obs in self.observers:
+            try:
+                obs(self)
+            except RecoveryLogsError as exc:
+                self._error("observer", exc)
         return changed
 
     def _never_reached(self) -> SourceError:
         return VictoriaLogsError(f"never reached VictoriaLogs at {self.vl_url}", last_error=self.last_error)
+    def health_incidents(self) -> list[Incident]:
+        """Source-health incidents: accounting commands and, when a remediator listens (``--slurm``),
+        the log backend (never actionable)."""
+        sources = [self.vl_health] if self.vl is not None and self.on_incidents is not None else []
+        if self.accounting is not None:
+            sources.extend(self.accounting.health.values())
+        return health_incidents(sources)
 
     def _report(self) -> list[tuple[str, Incident]]:
         """Remediation, then the cursor (write-ahead), then the output (see the module docstring)."""
         try:
-            self.incidents = self.engine.incidents(self.options.decision)
+            self.incidents = self.engine.incidents(self.options.decision) + self.health_incidents()
         except RecoveryLogsError as exc:
             self._error("attribution", exc)
             return []

@@ -37,7 +37,10 @@ CREATE INDEX IF NOT EXISTS actions_status ON actions(status);
 """
 COLUMNS = ("id", "idem_key", "kind", "target", "incident_id", "exclude", "cause", "status", "decision", "reason",
            "attempts", "next_attempt_ts", "baseline", "created_ts", "updated_ts", "executed_ts", "result",
-           "retry_until", "trust")
+           "retry_until", "trust", "job_attempt", "job_chain")
+# job actions carry the job's attempt identity ("cluster:job:submit_s:restarts") and its chain (the job across
+# requeues, see sources.accounting); added to databases created before they existed
+RAN = ("done", "noop", "queued", "running")   # a requeue in one of these counts toward the restart ceiling
 TERMINAL = frozenset({"done", "noop", "not_owner", "skipped", "failed", "rejected", "denied", "dry_run",
                       "record_only", "expired"})
 _UPDATABLE = frozenset(COLUMNS) - {"id", "idem_key", "created_ts"}
@@ -52,7 +55,8 @@ class ActionStore:
         if create:
             audit.conn.executescript(_ACTIONS)
             have = {r[1] for r in audit.conn.execute("PRAGMA table_info(actions)")}
-            for col, typ in (("retry_until", "REAL"), ("trust", "TEXT")):   # a state dir written before these
+            for col, typ in (("retry_until", "REAL"), ("trust", "TEXT"), ("job_attempt", "TEXT"),
+                             ("job_chain", "TEXT")):   # a state dir written before these
                 if col not in have:
                     audit.conn.execute(f"ALTER TABLE actions ADD COLUMN {col} {typ}")
 
@@ -88,6 +92,24 @@ class ActionStore:
         """Denied rows whose denial may still clear (``retry_until`` set)."""
         return self._select("status = 'denied' AND retry_until IS NOT NULL")
 
+    def requeues(self, target: str, chain: str | None) -> int:
+        """Requeues of one job that ran or are running: of its chain of attempts when known, else
+        of that job id among rows without a chain."""
+        where, args = ("job_chain = ?", (chain,)) if chain else ("target = ? AND job_chain IS NULL", (target,))
+        marks = ",".join("?" * len(RAN))
+        row = self.audit.conn.execute(f"SELECT COUNT(*) FROM actions WHERE kind = 'requeue_job' AND {where}"
+                                      f" AND status IN ({marks})", (*args, *RAN)).fetchone()
+        return int(row[0])
+
+    def attempt_acted(self, kind: str, job_attempt: str) -> bool:
+        """A job action of ``kind`` for this attempt already ran or is running (attempt idempotency)."""
+        marks = ",".join("?" * len(RAN))
+        return self.audit.conn.execute(f"SELECT 1 FROM actions WHERE kind = ? AND job_attempt = ? AND status IN"
+                                       f" ({marks}) LIMIT 1", (kind, job_attempt, *RAN)).fetchone() is not None
+
+    def verified_requeues(self) -> list[dict[str, Any]]:
+        return self._select("kind = 'requeue_job' AND status IN ('done', 'noop')")
+
     def counts(self) -> dict[str, int]:
         """Number of rows per status."""
         return dict(self.audit.conn.execute("SELECT status, COUNT(*) FROM actions GROUP BY status").fetchall())
@@ -96,12 +118,14 @@ class ActionStore:
     def insert(self, act_id: str, idem_key: str, kind: str, target: str | None, incident_id: str | None,
                exclude: Sequence[str], cause: str, status: str, decision: str, reason: str, now: float,
                executed_ts: float | None, retry_until: float | None = None,
-               trust: dict[str, Any] | None = None) -> None:
+               trust: dict[str, Any] | None = None, job_attempt: str | None = None,
+               job_chain: str | None = None) -> None:
         self.audit.conn.execute(
             "INSERT INTO actions(id, idem_key, kind, target, incident_id, exclude, cause, status, decision, reason,"
-            " created_ts, updated_ts, executed_ts, retry_until, trust) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+            " created_ts, updated_ts, executed_ts, retry_until, trust, job_attempt, job_chain)"
+            " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
             (act_id, idem_key, kind, target, incident_id, json.dumps(list(exclude)), cause or "", status, decision,
-             reason, now, now, executed_ts, retry_until, json.dumps(trust) if trust else None))
+             reason, now, now, executed_ts, retry_until, json.dumps(trust) if trust else None, job_attempt, job_chain))
 
     def update(self, act_id: str, **cols: Any) -> None:
         """Set columns of one row (names from ``COLUMNS``; the caller passes ``updated_ts``)."""

@@ -17,6 +17,10 @@ none_user_bug / none       none — the application is at fault; no node action
 Safety: a drain needs a named culprit with its own fault line and confidence of at least
 ``drain_min_confidence``; otherwise it is downgraded to ``investigate``. A cleared incident
 proposes nothing but ``none``. Replay marks every proposal ``record_only``.
+
+Jobs: an incident affects ``inc.jobs`` (accounting's join: several on a shared node, see
+``recovery_logs.jobjoin``), else its ``job_id``; a requeue (or cancel) is proposed for each,
+excluding the culprit, and carries the job's attempt identity when accounting gave one.
 """
 
 from __future__ import annotations
@@ -33,6 +37,13 @@ def _reason(inc: Incident) -> str:
     return f"{inc.cause}{where} (confidence {inc.confidence:.2f})"
 
 
+def affected_jobs(inc: Incident) -> list[tuple[str, str | None, str | None]]:
+    """(job id, attempt, chain) of every job the incident affects, job_id first."""
+    jobs = list(inc.jobs) or ([inc.job_id] if inc.job_id else [])
+    by_job = {a.get("job_id"): a for a in inc.attempts}
+    return [(j, by_job.get(j, {}).get("attempt"), by_job.get(j, {}).get("chain")) for j in jobs]
+
+
 def plan(inc: Incident, config: EngineConfig, decision: str = RECORD_ONLY) -> tuple[ActionProposal, ...]:
     reason = _reason(inc)
     a = inc.suggested_action
@@ -40,6 +51,10 @@ def plan(inc: Incident, config: EngineConfig, decision: str = RECORD_ONLY) -> tu
     def p(kind: ActionKind, target: str | None, why: str = reason, exclude: tuple[str, ...] = ()) -> ActionProposal:
         return ActionProposal(kind=kind.value, target=target, decision=decision, reason=why,
                               incident_id=inc.id, exclude=exclude)
+
+    def per_job(kind: ActionKind, exclude: tuple[str, ...] = ()) -> list[ActionProposal]:
+        return [ActionProposal(kind=kind.value, target=j, decision=decision, reason=reason, incident_id=inc.id,
+                               exclude=exclude, attempt=att, chain=ch) for j, att, ch in affected_jobs(inc)]
 
     if inc.status == "cleared":
         return (p(ActionKind.NONE, None, f"cleared by a later event: {reason}"),)
@@ -58,15 +73,14 @@ def plan(inc: Incident, config: EngineConfig, decision: str = RECORD_ONLY) -> tu
         else:
             out.append(p(ActionKind.INVESTIGATE, inc.node or inc.job_id,
                          f"{'GPU reset' if reset else 'drain'} withheld (no confident culprit): {reason}"))
-        if inc.job_id:
-            out.append(p(ActionKind.REQUEUE_JOB, inc.job_id, exclude=culprit if node_ok else ()))
+        out.extend(per_job(ActionKind.REQUEUE_JOB, culprit if node_ok else ()))
     elif a == "requeue_only":
-        if inc.job_id:
-            out.append(p(ActionKind.REQUEUE_JOB, inc.job_id))
+        if inc.job_id or inc.jobs:
+            out.extend(per_job(ActionKind.REQUEUE_JOB))
         else:
             out.append(p(ActionKind.INVESTIGATE, inc.node, reason))
     elif a == "cancel_job":
-        out.append(p(ActionKind.CANCEL_JOB, inc.job_id) if inc.job_id else p(ActionKind.INVESTIGATE, inc.node))
+        out.extend(per_job(ActionKind.CANCEL_JOB) if inc.job_id or inc.jobs else [p(ActionKind.INVESTIGATE, inc.node)])
     else:
         out.append(p(ActionKind.INVESTIGATE, inc.node or inc.job_id))
     return tuple(out)

@@ -43,6 +43,15 @@ Policy file (TOML)::
     max_drain_fraction = 0.25
     window_s = 3600
     cluster_nodes = 0           # 0 = ask Slurm (sinfo) for the node count
+    [jobs]
+    max_requeues_per_job = 3    # restart ceiling: requeues of one job (across its attempts) we may run
+    stop_same_error_attempts = 3  # this many attempts failing the same way on different nodes: cancel
+    no_requeue_exit_codes = [93]  # an attempt that exited with one of these declared "do not requeue"
+
+7. Jobs: a requeue beyond ``max_requeues_per_job`` for one job (its chain of attempts, see
+   ``sources.accounting``) is denied. Cooldown and idempotency of job actions are keyed on the
+   attempt, so a requeued job's next failure is judged on its own and a reused job id never
+   inherits the cooldown of the job that had it before.
 
 Approvals (approve mode): ``approvals_required = 2`` makes a drain wait for two different
 operators (four eyes; the same name never counts twice); ``proposal_ttl_s`` (0 = never, the
@@ -86,6 +95,9 @@ class PolicyConfig:
     promotion_min_incidents: int = DEFAULT_PROMOTION_INCIDENTS
     approvals_required: int = 1          # distinct operators a drain needs in approve mode
     proposal_ttl_s: float = 0.0          # a proposal nobody decided expires after this (0 = never)
+    max_requeues_per_job: int = 3
+    stop_same_error_attempts: int = 3
+    no_requeue_exit_codes: tuple[int, ...] = (93,)
 
     def __post_init__(self) -> None:
         if self.mode not in MODES:
@@ -99,7 +111,10 @@ class PolicyConfig:
                    or 0 <= self.promotion_min_precision <= 1),
                   ("promotion.min_incidents", self.promotion_min_incidents >= 1),
                   ("approvals_required", 1 <= self.approvals_required <= 5),
-                  ("proposal_ttl_s", self.proposal_ttl_s >= 0))
+                  ("proposal_ttl_s", self.proposal_ttl_s >= 0),
+                  ("jobs.max_requeues_per_job", self.max_requeues_per_job >= 0),
+                  ("jobs.stop_same_error_attempts", self.stop_same_error_attempts >= 2),
+                  ("jobs.no_requeue_exit_codes", all(0 <= c <= 255 for c in self.no_requeue_exit_codes)))
         for key, ok in checks:
             if not ok:
                 raise PolicyError(f"policy: {key} is out of range", key=key)
@@ -112,12 +127,15 @@ class PolicyConfig:
                             "window_s": self.breaker_window_s, "cluster_nodes": self.cluster_nodes},
                 "promotion": {"min_precision": self.promotion_min_precision,
                               "min_incidents": self.promotion_min_incidents},
-                "approvals_required": self.approvals_required, "proposal_ttl_s": self.proposal_ttl_s}
+                "approvals_required": self.approvals_required, "proposal_ttl_s": self.proposal_ttl_s,
+                "jobs": {"max_requeues_per_job": self.max_requeues_per_job,
+                         "stop_same_error_attempts": self.stop_same_error_attempts,
+                         "no_requeue_exit_codes": list(self.no_requeue_exit_codes)}}
 
 
 def policy_from_dict(d: dict[str, Any], **overrides: Any) -> PolicyConfig:
     """Inverse of ``PolicyConfig.to_dict`` (used to reopen a state dir with the policy it recorded)."""
-    b, br, pr = d.get("budget", {}), d.get("breaker", {}), d.get("promotion", {})
+    b, br, pr, jb = d.get("budget", {}), d.get("breaker", {}), d.get("promotion", {}), d.get("jobs", {})
     kw = {"mode": d.get("mode", "monitor"), "dry_run": d.get("dry_run", False), "cooldown_s": d.get("cooldown_s", 900.0),
           "cluster": d.get("cluster", "default"), "retry_s": d.get("retry_s", 1800.0),
           "budget_per_hour": b.get("per_hour", 10),
@@ -126,7 +144,10 @@ def policy_from_dict(d: dict[str, Any], **overrides: Any) -> PolicyConfig:
           "breaker_window_s": br.get("window_s", 3600.0), "cluster_nodes": br.get("cluster_nodes", 0),
           "promotion_min_precision": pr.get("min_precision"),
           "promotion_min_incidents": pr.get("min_incidents", DEFAULT_PROMOTION_INCIDENTS),
-          "approvals_required": d.get("approvals_required", 1), "proposal_ttl_s": d.get("proposal_ttl_s", 0.0)}
+          "approvals_required": d.get("approvals_required", 1), "proposal_ttl_s": d.get("proposal_ttl_s", 0.0),
+          "max_requeues_per_job": jb.get("max_requeues_per_job", 3),
+          "stop_same_error_attempts": jb.get("stop_same_error_attempts", 3),
+          "no_requeue_exit_codes": tuple(jb.get("no_requeue_exit_codes", (93,)))}
     kw.update({k: v for k, v in overrides.items() if v is not None})
     return PolicyConfig(**kw)
 
@@ -136,7 +157,8 @@ _TOP: dict[str, type | tuple[type, ...]] = {"mode": str, "dry_run": bool, "coold
                                             "proposal_ttl_s": (int, float)}
 _SECTIONS: dict[str, dict[str, type | tuple[type, ...]]] = {"budget": {"per_hour": int, "per_incident": int},
              "breaker": {"max_drain_fraction": (int, float), "window_s": (int, float), "cluster_nodes": int},
-             "promotion": {"min_precision": (int, float), "min_incidents": int}}
+             "promotion": {"min_precision": (int, float), "min_incidents": int},
+             "jobs": {"max_requeues_per_job": int, "stop_same_error_attempts": int, "no_requeue_exit_codes": list}}
 
 
 def load_policy(path: Path | None, **overrides: Any) -> PolicyConfig:
@@ -174,9 +196,14 @@ def load_policy(path: Path | None, **overrides: Any) -> PolicyConfig:
                 want = _SECTIONS[key].get(sub)
                 if want is None:
                     raise PolicyError(f"policy: unknown key {key}.{sub}", key=f"{key}.{sub}", path=str(path))
-                if not isinstance(sval, want) or isinstance(sval, bool):
+                if not isinstance(sval, want) or isinstance(sval, bool) or (
+                        isinstance(sval, list) and not all(isinstance(x, int) and not isinstance(x, bool)
+                                                           for x in sval)):
                     raise PolicyError(f"policy: {key}.{sub} has the wrong type ({type(sval).__name__})",
                                       key=f"{key}.{sub}", path=str(path))
+                if key == "jobs":
+                    kw[sub] = tuple(sval) if isinstance(sval, list) else sval
+                    continue
                 kw[f"{key}_{sub}" if key in ("budget", "promotion") else
                    ("cluster_nodes" if sub == "cluster_nodes" else f"breaker_{sub}")] = sval
         else:
@@ -237,6 +264,7 @@ class ActionRequest:
     target: str
     incident_id: str | None
     own_drain: bool = False     # resume_node of a node whose drain reason is ours
+    job_requeues: int = 0       # requeue_job: requeues of this job (its attempts) that already ran
 
 
 @dataclass(frozen=True)
@@ -277,6 +305,10 @@ def decide(config: PolicyConfig, state: PolicyState, req: ActionRequest, now: fl
                            f"{nodes} nodes drained within {config.breaker_window_s:g} s "
                            f"(> {config.breaker_max_drain_fraction:.0%})", trip_breaker=True, state=snap,
                            retry=True)
+    if req.kind == "requeue_job" and req.job_requeues >= config.max_requeues_per_job:
+        return Verdict("denied", f"restart ceiling: job {req.target.split('@')[0]} was already requeued "
+                       f"{req.job_requeues} time(s) (jobs.max_requeues_per_job = {config.max_requeues_per_job})",
+                       state=snap)
     used = state.used_last_hour(now)
     if used >= config.budget_per_hour:
         return Verdict("denied", f"action budget spent: {used}/{config.budget_per_hour} in the last hour "

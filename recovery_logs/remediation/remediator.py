@@ -60,7 +60,9 @@ from recovery_logs.remediation.policy import (
     load_policy,
     policy_from_dict,
 )
+from recovery_logs.schema import PROGRESS_CATEGORY
 from recovery_logs.sources.slurm import CommandRunner, SlurmClient, expand_hostlist
+from recovery_logs.timeutil import ns_to_iso
 from recovery_logs.trust import allocation_check
 
 
@@ -193,7 +195,8 @@ class Remediator:
         everything that ran for ``incident_id`` (the per-incident budget has no horizon)."""
         br = self.breaker()
         horizon = self.clock() - max(3600.0, self.config.breaker_window_s, self.config.cooldown_s)
-        executed = tuple(Executed(r["executed_ts"], r["kind"], r["target"] or "", r["incident_id"])
+        executed = tuple(Executed(r["executed_ts"], r["kind"], _policy_target(r["target"], r["job_attempt"]),
+                                  r["incident_id"])
                          for r in self.store.executed(horizon, incident_id))
         nodes = self._cluster_nodes() if self.config.mode != "monitor" else self.config.cluster_nodes
         return PolicyState(executed, bool(br.get("tripped")), br.get("reason", ""), nodes,
@@ -218,7 +221,10 @@ class Remediator:
                 self.audit.append("detection", inc.to_dict(), incident_id=inc.id)
             if inc.root_rule:
                 self._rule_of[inc.id] = inc.root_rule
-            for p in inc.actions:
+            for p in self._job_rules(inc):
+                if p.kind in ("requeue_job", "cancel_job") and p.attempt and self.store.attempt_acted(p.kind, p.attempt):
+                    self.duplicates += 1      # one requeue/cancel per job attempt, whatever incident asks again
+                    continue
                 d = self._consider(p, p.incident_id or inc.id, inc.cause, inc=inc)
                 if d is not None:
                     out.append(d)
@@ -276,8 +282,9 @@ class Remediator:
                 return self._decide(existing, act, key, p, incident_id, cause, "denied", "denied",
                                     f"unsafe target rejected: {exc.message}", {}, now)
             state = self.policy_state(incident_id)
-            v = decide(self.config, state, ActionRequest(p.kind, p.target or "", incident_id,
-                                                           own_drain=p.kind == "resume_node"), now)
+            v = decide(self.config, state, ActionRequest(p.kind, _policy_target(p.target, p.attempt), incident_id,
+                                                         own_drain=p.kind == "resume_node",
+                                                         job_requeues=self._requeues_of(p)), now)
             v = self._gate(v, incident_id, now)
             if v.decision == "approved":
                 v = self._refuse(v, p.kind, p.target or "", p.exclude, inc, act, incident_id)
@@ -365,6 +372,113 @@ class Remediator:
                 return Verdict("denied", f"untrusted evidence: {why}", state=v.state)
         return v
 
+    # ------------------------------------------------------------------ jobs: restart ceiling, stop rules
+    def _requeues_of(self, p: ActionProposal) -> int:
+        """Requeues of this job that already ran (or are running): its chain of attempts when known."""
+        if p.kind != "requeue_job" or not p.target:
+            return 0
+        return self.store.requeues(p.target, p.chain)
+
+    def _job_rules(self, inc: Incident) -> list[ActionProposal]:
+        """The job's own say and its history, before the policy: an attempt that exited with a
+        do-not-requeue code is not requeued; a job whose attempts keep failing the same way on
+        different nodes is cancelled instead of requeued again (and its node is not drained: the
+        fault followed the job, not the node)."""
+        attempts = {a.get("job_id"): a for a in inc.attempts}
+        out: list[ActionProposal] = []
+        stop = self._same_error_history(inc)
+        for p in inc.actions:
+            att = attempts.get(p.target or "") if p.kind in ("requeue_job", "cancel_job") else None
+            code = att.get("exit_code") if att else None
+            if p.kind == "requeue_job" and code is not None and code in self.config.no_requeue_exit_codes:
+                out.append(ActionProposal("none", p.target, "record_only",
+                                          f"job {p.target} exited {code}: it declared do-not-requeue "
+                                          f"(jobs.no_requeue_exit_codes); not requeued", p.incident_id,
+                                          attempt=p.attempt, chain=p.chain))
+            elif p.kind == "requeue_job" and p.chain and p.chain in stop:
+                out.append(ActionProposal("cancel_job", p.target, p.decision, stop[p.chain], p.incident_id,
+                                          attempt=p.attempt, chain=p.chain))
+            elif p.kind == "drain_node" and stop:
+                out.append(ActionProposal("investigate", p.target, "record_only",
+                                          f"drain withheld: {next(iter(stop.values()))}", p.incident_id))
+            else:
+                out.append(p)
+        return out
+
+    def _same_error_history(self, inc: Incident) -> dict[str, str]:
+        """chain -> reason, for the chains of ``inc`` whose last ``stop_same_error_attempts``
+        attempts (this one included) failed with the same root rule on pairwise different nodes."""
+        need = self.config.stop_same_error_attempts
+        chains: dict[str, str | None] = {str(a["chain"]): a.get("attempt") for a in inc.attempts if a.get("chain")}
+        node = inc.node
+        if not chains or not inc.root_rule or node is None:
+            return {}
+        seen: dict[str, dict[str, tuple[str | None, str | None]]] = {c: {} for c in chains}
+        for rec in self.audit.records("detection"):
+            d = rec.payload
+            for a in d.get("attempts") or ():
+                c = a.get("chain")
+                if c in seen and a.get("attempt") != chains[c]:
+                    seen[c][a.get("attempt")] = (d.get("root_rule"), d.get("node"))
+        out = {}
+        for c, by_attempt in seen.items():
+            prior = [v for _, v in sorted(by_attempt.items(), key=lambda kv: int(str(kv[0]).rsplit(":", 1)[-1])
+                                          if str(kv[0]).rsplit(":", 1)[-1].isdigit() else -1)]
+            last = prior[-(need - 1):] if need > 1 else []
+            nodes = [str(n) for _, n in last] + [node]
+            if len(last) == need - 1 and all(r == inc.root_rule for r, _ in last) and len(set(nodes)) == len(nodes):
+                out[c] = (f"stop, not restart: {need} attempts of job {c.split(':')[1]} failed with the same error "
+                          f"({inc.root_rule}) on different nodes ({', '.join(nodes)}): the fault follows the job")
+        return out
+
+    # ------------------------------------------------------------------ time to resume
+    def observe_progress(self, watcher: Any) -> int:
+        """Watcher observer: for each requeue Slurm confirmed, record (``progress``) the first
+        training-progress line of that job after its next attempt started (accounting), or after
+        the requeue when accounting has not seen the start yet. Returns the records written."""
+        rows = self.store.verified_requeues()
+        if not rows:
+            return 0
+        noted = {r.action_id for r in self.audit.records("progress")}
+        todo = [r for r in rows if r["id"] not in noted]
+        if not todo:
+            return 0
+        eng = watcher.engine
+        prog = eng.findings.filter(pl.col("category") == PROGRESS_CATEGORY)
+        wrote = 0
+        for r in todo:
+            after = int((r["executed_ts"] or 0) * 1e9)
+            resumed = None
+            allocs = eng.allocations
+            if allocs is not None:
+                nxt = allocs.filter((pl.col("job_id") == r["target"]) & pl.col("start").is_not_null()
+                                    & (pl.col("start").dt.epoch("ns") > after - 120 * 10**9))
+                # not filtered by chain: a chain computed from a sacct window that misses earlier runs
+                # differs, and the start after the requeue already bounds it (a reused id starts later)
+                if r["job_attempt"]:
+                    rc = int(str(r["job_attempt"]).rsplit(":", 1)[-1] or 0)
+                    nxt = nxt.filter(pl.col("restart_count") > rc)
+                resumed = nxt.select(pl.col("start").min().dt.epoch("ns")).item()
+                if resumed is None:
+                    continue          # the new attempt has not started (as far as accounting knows)
+            else:                     # no accounting: after Slurm confirmed the requeue
+                res = [x for x in self.audit.records("result", incident_id=r["incident_id"])
+                       if x.action_id == r["id"] and x.payload.get("outcome") in ("done", "noop")]
+                after = res[0].ts_ns if res else after
+            bound = int(resumed) if resumed is not None else after
+            hit = prog.filter((pl.col("job_id") == r["target"]) & (pl.col("time").dt.epoch("ns") > bound)) \
+                .sort(["time", "seq"]).head(1)
+            if hit.height == 0:
+                continue
+            row = hit.row(0, named=True)
+            t = int(hit.select(pl.col("time").dt.epoch("ns")).item())
+            self.audit.append("progress", {"action_id": r["id"], "job_id": r["target"], "time": ns_to_iso(t),
+                                           "step": row.get("step"), "message": (row.get("message") or "")[:300],
+                                           "after": ns_to_iso(bound), "after_is": "resumed_at" if resumed is not None
+                                           else "executed_at"}, incident_id=r["incident_id"], action_id=r["id"])
+            wrote += 1
+        return wrote
+
     def _gate(self, v: Verdict, incident_id: str, now: float) -> Verdict:
         """Promotion gate: an autonomous action of a rule whose graded precision has not earned trust
         waits for an operator instead (see recovery_logs.remediation.gate)."""
@@ -384,7 +498,7 @@ class Remediator:
         retry_until = now + self.config.retry_s if status == "denied" and retry else None
         if existing is None:
             self.store.insert(act, key, p.kind, p.target, incident_id, p.exclude, cause, status, decision, reason,
-                              now, executed_ts, retry_until, trust)
+                              now, executed_ts, retry_until, trust, p.attempt, p.chain)
         else:
             self._update(act, status=status, decision=decision, reason=reason, executed_ts=executed_ts,
                          retry_until=retry_until)
@@ -705,6 +819,11 @@ class Remediator:
         excl = set(json.loads(row["exclude"])) <= set(seen["exc_nodes"])
         restarted = row["baseline"] is not None and seen["restarts"] > row["baseline"]
         return seen if restarted and excl and not held else None
+
+
+def _policy_target(target: str | None, attempt: str | None) -> str:
+    """What cooldown counts per: a node, or a job *attempt* (``12@testcluster:12:1796122875:0``)."""
+    return f"{target or ''}@{attempt}" if attempt else (target or "")
 
 
 __all__ = ["Decision", "Remediator", "TERMINAL", "action_id"]

@@ -9,6 +9,15 @@ replay counter and the GPU recovery action. Events have ``source="nvml"``, ``fil
 
     NVML gpu=3 uuid=GPU-8f1e... pci=0000:cb:00.0 remapped_rows pending=1 failure=0 correctable=2 uncorrectable=1
     NVML gpu=3 uuid=GPU-8f1e... pci=0000:cb:00.0 xid=79
+    NVML gpu=3 uuid=GPU-8f1e... pci=0000:cb:00.0 inventory name="NVIDIA H200" serial="1650924060123" form_factor=sxm link_count=18 driver=570.86.15 cuda=12.8 mig=disabled
+
+**Inventory.** One ``inventory`` event per GPU at start and whenever its inventory changes:
+name, serial, board part number, form factor (from the name when it says SXM/PCIe/NVL, else
+``sxm`` when NVLinks answer, else ``unknown``: NVML has no form-factor call), the number of
+NVLinks that answer, driver and CUDA driver versions, MIG mode (``enabled``/``disabled``, with
+``mig_pending`` when a change waits for a reset). A field NVML cannot give is left out; values
+with spaces are double-quoted. The engine keeps the latest inventory per host and uses it to
+name the GPU (index, UUID) behind a kernel log's PCI bus id (``recovery_logs.inventory``).
 
 Contract:
 
@@ -61,6 +70,7 @@ _REASONS = {0x8: "hw_slowdown", 0x20: "sw_thermal_slowdown", 0x40: "hw_thermal_s
 # NVLink error counters (nvmlNvLinkErrorCounter_t).
 _NVLINK_COUNTERS = (("replay", 0), ("recovery", 1), ("crc_flit", 2), ("crc_data", 3))
 
+_TEXT_FIELDS = frozenset({"name", "serial", "board_part"})
 _ID_RE = re.compile(r"^NVML gpu=(?P<gpu>\S+) uuid=(?P<uuid>\S+) pci=(?P<pci>\S+) ")
 
 
@@ -315,6 +325,56 @@ class NvmlAgent:
     def _reader(self, topic: str) -> Callable[[Any], Any]:
         return getattr(self, f"_read_{topic}")
 
+    def _system(self) -> dict[str, Any]:
+        """Driver and CUDA driver versions (once per agent; NVML answers them without a device)."""
+        if not hasattr(self, "_system_info"):
+            out: dict[str, Any] = {}
+            try:
+                drv = self._optional("nvmlSystemGetDriverVersion")
+                cuda = self._optional("nvmlSystemGetCudaDriverVersion")
+            except self._nvml_error():
+                drv = cuda = None
+            if drv:
+                out["driver"] = drv.decode() if isinstance(drv, bytes) else str(drv)
+            if cuda:
+                out["cuda"] = f"{int(cuda) // 1000}.{int(cuda) % 1000 // 10}"
+            self._system_info = out
+        return self._system_info
+
+    def _read_inventory(self, dev: _Device) -> dict[str, Any]:
+        """The GPU's identity and configuration (what the engine joins on). Unsupported fields are left out."""
+        h, out = dev.handle, dict[str, Any]()
+        for key, fn in (("name", "nvmlDeviceGetName"), ("serial", "nvmlDeviceGetSerial"),
+                        ("board_part", "nvmlDeviceGetBoardPartNumber")):
+            v = self._optional(fn, h)
+            if v:
+                out[key] = v.decode(errors="replace") if isinstance(v, bytes) else str(v)
+        # links that answered the nvlink reading (no second probe of every link)
+        links = sum(1 for (i, k) in self._last if i == dev.index and k.startswith("nvlink:"))
+        name = out.get("name", "").lower()
+        out["form_factor"] = ("pcie" if "pcie" in name else "nvl" if name.endswith(" nvl") else
+                              "sxm" if "sxm" in name or links else "unknown")
+        out["link_count"] = links
+        out.update(self._system())
+        mig = self._optional("nvmlDeviceGetMigMode", h)
+        if mig is not None:
+            cur, pend = (mig if isinstance(mig, list | tuple) else (mig, mig))[:2]
+            out["mig"] = "enabled" if int(cur) else "disabled"
+            if int(pend) != int(cur):
+                out["mig_pending"] = "enabled" if int(pend) else "disabled"
+        return out
+
+    @staticmethod
+    def _inventory_body(inv: dict[str, Any]) -> str:
+        """``inventory k=v ...``; text fields (name, serial, part number) and any value with a space,
+        a quote or ``=`` are double-quoted with ``\\`` and ``"`` escaped (recovery_logs.inventory parses it)."""
+        def fmt(k: str, v: Any) -> str:
+            t = str(v)
+            if k in _TEXT_FIELDS or not t or any(c.isspace() or c in '"=\\' for c in t):
+                return '"' + t.replace("\\", "\\\\").replace('"', '\\"') + '"'
+            return t
+        return "inventory " + " ".join(f"{k}={fmt(k, v)}" for k, v in inv.items())
+
     def read_device(self, index: int) -> dict[str, Any]:
         """Everything NVML answers for one GPU, raw (for ``scripts/nvml_check.py``): the readers'
         dicts; a reading that failed shows as ``{"error": name}``."""
@@ -390,6 +450,19 @@ class NvmlAgent:
                 self._emit_links(dev, reading, out)
             elif self._changed(dev, topic, reading):
                 out.append(f"{dev.prefix} {self._body(topic, reading)}")
+        if answered:
+            self._emit_inventory(dev, out)
+
+    def _emit_inventory(self, dev: _Device, out: list[str]) -> None:
+        """The inventory event, at the first poll a GPU answers and whenever it changes (an NVML
+        error here only skips the inventory for this poll: the readings above report losses)."""
+        try:
+            inv = self._read_inventory(dev)
+        except self._nvml_error():
+            return
+        if self._last.get((dev.index, "inventory")) != inv:
+            self._last[(dev.index, "inventory")] = inv
+            out.append(f"{dev.prefix} {self._inventory_body(inv)}")
 
     def _emit_links(self, dev: _Device, links: dict[int, dict[str, Any]], out: list[str]) -> None:
         for link, row in links.items():

@@ -214,7 +214,7 @@ def build_app(state_dir: Path, users: Users, **kw: Any) -> Starlette:
             return g
         d = views.incident_detail(c.state_dir, request.path_params["id"], c.victorialogs)
         if d is None:
-            return c.page(request, "error.html", *g, status=404, message="no such incident")
+            return c.page(request, "error.html", g[0], g[1], status=404, message="no such incident")
         return c.page(request, "incident.html", *g, d=d, pending={a.action_id: a for a in views.approvals(
             c.state_dir, c.clock())})
 

@@ -35,6 +35,9 @@ class FakeGpu:
     recovery_action: int = 0
     lost: Exception | None = None
     unsupported: set = field(default_factory=set)
+    name: str = "NVIDIA H200"
+    serial: str = "1650924060123"
+    mig: tuple = (0, 0)                    # current, pending
 
 
 class FakeNvml:
@@ -77,9 +80,17 @@ class FakeNvml:
     def nvmlSystemGetDriverVersion(self):
         return "570.86.15"
 
+    def nvmlSystemGetCudaDriverVersion(self):
+        return 12080
+
     def nvmlDeviceGetName(self, h):
-        self._g(h, "nvmlDeviceGetName")
-        return "NVIDIA H200"
+        return self._g(h, "nvmlDeviceGetName").name
+
+    def nvmlDeviceGetSerial(self, h):
+        return self._g(h, "nvmlDeviceGetSerial").serial
+
+    def nvmlDeviceGetMigMode(self, h):
+        return list(self._g(h, "nvmlDeviceGetMigMode").mig)
 
     def nvmlDeviceGetSupportedEventTypes(self, h):
         self._g(h, "nvmlDeviceGetSupportedEventTypes")

@@ -251,9 +251,9 @@ def test_buffer_is_bounded_and_undelivered_events_raise_at_the_end(fake, gpus, c
 
     with pytest.raises(SourceError, match="^nvml agent: 1 events were not delivered"):
         agent.run(down, interval_s=1, stop_after=1)
-    # attempt 1: the 20 baseline events fail; attempt 2: baseline + the XID fail, over max_buffer,
-    # so the oldest frame (the baseline) is dropped and counted; the XID is what is left.
-    assert agent.stats == {"delivered": 0, "sink_errors": 2, "dropped": 20}
+    # attempt 1: the 22 baseline events (20 readings + 2 inventory) fail; attempt 2: baseline + the XID
+    # fail, over max_buffer, so the oldest frame (the baseline) is dropped and counted; the XID is left.
+    assert agent.stats == {"delivered": 0, "sink_errors": 2, "dropped": 22}
 
 
 def test_event_wait_failure_is_reported_once_and_does_not_spin(fake, clock):
