@@ -113,7 +113,6 @@ METRIC_NAMES = frozenset({
     "recovery_logs_watch_late_lines_total", "recovery_logs_watch_events_total", "recovery_logs_watch_incidents_total",
     "recovery_logs_watch_errors_total", "recovery_logs_watch_lag_seconds", "recovery_logs_incidents_reported_total",
     "recovery_logs_remediation_actions_total", "recovery_logs_breaker_tripped", "recovery_logs_source_up",
-    "recovery_logs_build_info", "recovery_logs_watch_source_reached", "recovery_logs_watch_late_lines_found_total",
-    "recovery_logs_watch_reconcile_rereads_total",
+    "recovery_logs_build_info",
 })
 """Sample names the endpoint exports (counters carry prometheus-client's ``_total`` suffix)."""

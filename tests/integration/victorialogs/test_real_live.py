@@ -92,7 +92,7 @@ def test_late_lines_40s_10min_5h_found_once_and_marked(real_vl):
     assert len(a_ids) == 1 and ("updated", *a_ids, "gpu-a") in emitted   # changed -> an update, same id
     by_node = {i.node: i for i in w.incidents}
     for node in ("gpu-l40s", "gpu-l10m", "gpu-l5h"):
-        assert all(e.late for e in by_node[node].evidence), node
+        assert all(e.late for e in by_node[node].evidence if e.file != "accounting"), node   # not a log line (jobjoin)
     assert any(e.late for e in by_node["gpu-a"].evidence)   # its evidence now starts at the late line
     # bounded cost: only the changed buckets were read again, never the history
     assert s["buckets_reread"] <= 16 and s["rows_fetched"] <= 3 * s["lines_read"], dict(s)
@@ -212,7 +212,7 @@ def test_auth_tenant_prefix_and_extra_filters_reach_the_server(real_vl, proxy_fa
     finally:
         w.close()
     assert [i.node for i in w.incidents] == ["gpu-t1"]
-    assert all("pid=31" in e.message for e in w.incidents[0].evidence)      # tenant 3:7 only, gpu-t2 filtered
+    assert all("pid=31" in e.message for e in w.incidents[0].evidence if e.file != "accounting")   # tenant 3:7 only
     assert proxy.seen and all(h.get("AccountID") == "3" and h.get("ProjectID") == "7"
                               and h.get("Authorization", "").startswith("Basic ") for h in proxy.seen)
     assert all(h["path"].startswith("/vl/select/") for h in proxy.seen)
