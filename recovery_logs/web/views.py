@@ -16,12 +16,14 @@ from typing import Any
 from urllib.parse import quote
 
 from recovery_logs.analysis.ledger import action_times, incidents_from_audit, ledger
+from recovery_logs.analysis.resume import resume_records
 from recovery_logs.analysis.selfgrade import grading_from_state
 from recovery_logs.audit import DB_NAME, AuditLog, AuditRecord
 from recovery_logs.errors import AuditChainBroken, AuditError, RecoveryLogsError, SlurmError
 from recovery_logs.frames import logsql_for_line
 from recovery_logs.remediation.gate import PromotionGate
 from recovery_logs.report.console import Snapshot
+from recovery_logs.sources.accounting import sacct_jobs
 from recovery_logs.timeutil import iso_to_ns, ns_to_iso
 
 __all__ = ["ApprovalView", "approvals", "audit_page", "incident_detail", "ledger_view", "open_audit",
@@ -176,23 +178,33 @@ def policy_view(state_dir: Path) -> dict[str, Any]:
 
 def ledger_view(state_dir: Path, client: Any = None, now_ns: int | None = None) -> dict[str, Any]:
     """Time to detect / act, GPU-hours lost per incident; job runs from sacct when reachable."""
+    now = now_ns or time.time_ns()
     log = open_audit(state_dir)
     try:
         incs = incidents_from_audit(log)
         acts = action_times(log)
+        runs: dict[str, list] = {}
+        note = None
+        jobs = sorted({i.job_id for i in incs if i.job_id and i.job_id.replace("_", "").isdigit()}
+                      | {str(j) for r in log.records("detection") for j in r.payload.get("jobs") or ()
+                         if str(j).replace("_", "").isdigit()})
+        allocs = None
+        if jobs and client is not None:
+            try:
+                for r in client.jobs(jobs):
+                    runs.setdefault(r.job_id, []).append(r)
+                allocs = sacct_jobs(jobs, runner=client.runner)
+            except SlurmError as exc:   # accounting blind: resumed_at unknown, never "not resumed"
+                note = (f"job runs unavailable from sacct ({exc.message}); GPU-hours count no requeue wait, "
+                        "resumed_at unknown")
+        # time to resume per (incident, job): fault -> detected -> proposed -> executed -> verified ->
+        # running again -> first new progress line (analysis.resume, as `slurm ledger --json`)
+        resume = [r.to_dict() for r in resume_records(log, allocs, now)]
     finally:
         log.close()
-    runs: dict[str, list] = {}
-    note = None
-    jobs = sorted({i.job_id for i in incs if i.job_id and i.job_id.replace("_", "").isdigit()})
-    if jobs and client is not None:
-        try:
-            for r in client.jobs(jobs):
-                runs.setdefault(r.job_id, []).append(r)
-        except SlurmError as exc:
-            note = f"job runs unavailable from sacct ({exc.message}); GPU-hours count no requeue wait"
-    out = ledger(incs, runs, acts, now_ns or time.time_ns())
+    out = ledger(incs, runs, acts, now)
     out["note"] = note
+    out["resume"] = resume
     return out
 
 

@@ -183,3 +183,15 @@ def test_serve_and_serve_user_commands(tmp_path: Path, capsys):
     sd = _state(tmp_path)
     assert main(["serve", "--users", str(tmp_path / "missing.toml"), "--state-dir", str(sd)]) == 2
     assert "users file not found" in capsys.readouterr().err
+
+
+def test_ledger_page_shows_time_to_resume(tmp_path: Path, web):
+    start, _, tok = web
+    srv = start(_state(tmp_path))
+    page = requests.get(f"{srv.url}/ledger", headers={"Authorization": f"Bearer {tok['vera']}"}, timeout=20).text
+    assert "Time to resumed training" in page
+    row = page.split('<table id="resume">', 1)[1].split("</table>", 1)[0]
+    assert "inc-7f3a9c0d11e2" in row and "4117" in row and "requeue_job (awaiting_approval)" in row
+    lg = requests.get(f"{srv.url}/api/ledger", headers={"Authorization": f"Bearer {tok['vera']}"}, timeout=20).json()
+    rec = next(r for r in lg["resume"] if r["incident_id"] == "inc-7f3a9c0d11e2")
+    assert rec["job_id"] == "4117" and rec["executed_at"] is None and rec["propose_s"] is not None
