@@ -9,6 +9,7 @@ the templates' job (Jinja2 autoescape) on top of ``textsafe.clean``.
 from __future__ import annotations
 
 import json
+import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,7 +19,8 @@ from urllib.parse import quote
 from recovery_logs.analysis.ledger import action_times, incidents_from_audit, ledger
 from recovery_logs.analysis.resume import resume_records
 from recovery_logs.analysis.selfgrade import grading_from_state
-from recovery_logs.audit import DB_NAME, AuditLog, AuditRecord
+from recovery_logs.anchors import ENV_KEY, anchor_path, load_key
+from recovery_logs.audit import DB_NAME, AuditLog, AuditRecord, verify_db
 from recovery_logs.errors import AuditChainBroken, AuditError, RecoveryLogsError, SlurmError
 from recovery_logs.frames import logsql_for_line
 from recovery_logs.remediation.gate import PromotionGate
@@ -218,12 +220,12 @@ def audit_page(state_dir: Path, kind: str | None = None, incident: str | None = 
 
 
 def verify_chain(state_dir: Path) -> tuple[bool, str]:
-    """``audit verify`` through its public function: (ok, message)."""
-    log = open_audit(state_dir)
+    """``audit verify`` through its public function (read-only: triggers, chain, the anchors outside
+    the DB, the actions/kv digest; the HMAC key from $RECOVERY_LOGS_AUDIT_KEY_FILE): (ok, message)."""
     try:
-        n = log.verify()
+        rep = verify_db(Path(state_dir) / DB_NAME, key=load_key(os.environ.get(ENV_KEY)),
+                        anchor_file=anchor_path(Path(state_dir)))
     except AuditChainBroken as exc:
         return False, f"audit chain BROKEN: {exc}"
-    finally:
-        log.close()
-    return True, f"audit chain OK: {n} records"
+    signed = "signed, key checked" if rep.signed else "signatures not checked"
+    return True, f"audit chain OK: {rep.records} records, {rep.anchors} anchors ({signed})"
