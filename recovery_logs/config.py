@@ -65,12 +65,7 @@ def load_config(path: Path | str | None) -> EngineConfig:
     if path is None:
         return EngineConfig()
     p = Path(path)
-    if not p.is_file():
-        raise ConfigError("config file not found", path=str(p))
-    try:
-        data = tomllib.loads(p.read_text(encoding="utf-8"))
-    except (OSError, tomllib.TOMLDecodeError) as exc:
-        raise ConfigError(f"config file is not valid TOML: {exc}", path=str(p)) from exc
+    data = read_config_toml(p)
     section = data.get("engine", {})
     known = {f.name for f in fields(EngineConfig)}
     unknown = sorted(set(section) - known)
@@ -86,3 +81,15 @@ def load_config(path: Path | str | None) -> EngineConfig:
         return EngineConfig(**kw)
     except TypeError as exc:
         raise ConfigError(f"invalid [engine] section: {exc}", path=str(p)) from exc
+
+
+def read_config_toml(path: str | Path) -> dict[str, Any]:
+    """The engine config file as TOML data (a missing or invalid file is a ConfigError naming it);
+    ``[engine]`` is read by ``load_config``, ``[[line_formats]]`` by ``sources.lineformat``."""
+    p = Path(path)
+    if not p.is_file():
+        raise ConfigError("config file not found", path=str(p))
+    try:
+        return tomllib.loads(p.read_text(encoding="utf-8"))
+    except (OSError, tomllib.TOMLDecodeError) as exc:
+        raise ConfigError(f"config file is not valid TOML: {exc}", path=str(p)) from exc

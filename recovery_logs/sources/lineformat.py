@@ -52,7 +52,6 @@ glob has no ``/``) reads that file; a file no format matches is read as usual.
 from __future__ import annotations
 
 import re
-import tomllib
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from fnmatch import fnmatchcase
@@ -61,6 +60,7 @@ from typing import Any
 
 import polars as pl
 
+from recovery_logs.config import read_config_toml
 from recovery_logs.errors import ConfigError
 from recovery_logs.schema import SourceKind
 from recovery_logs.sources.formats import (
@@ -227,14 +227,8 @@ def _literal(text: str) -> str:
 
 def load_line_formats(path: str | Path) -> tuple[LineFormat, ...]:
     """``[[line_formats]]`` entries of a TOML config file (none: an empty tuple)."""
-    p = Path(path)
-    if not p.is_file():
-        raise ConfigError("config file not found", path=str(p))
-    try:
-        data = tomllib.loads(p.read_text(encoding="utf-8"))
-    except (OSError, tomllib.TOMLDecodeError) as exc:
-        raise ConfigError(f"config file is not valid TOML: {exc}", path=str(p)) from exc
-    return line_formats_from_config(data.get("line_formats", []), str(p))
+    data = read_config_toml(path)
+    return line_formats_from_config(data.get("line_formats", []), str(path))
 
 
 def line_formats_from_config(entries: Any, source: str) -> tuple[LineFormat, ...]:
