@@ -42,6 +42,8 @@ EVENT_SCHEMA: SchemaDict = {
     "stream_id": pl.String,     # VictoriaLogs _stream_id, or null
     "rank": pl.Int32,           # distributed rank from a `[rank3]:` prefix, or null
     "message": pl.String,       # the log text without the syslog/dmesg/glog prefix; joined with "\n" if multi-line
+    "level": pl.String,         # Level value the line declared (site line format <Level>, syslog PRI, JSON
+                                # level/PRIORITY), normalised; null where the format has none
 }
 
 FINDING_EXTRA_SCHEMA: SchemaDict = {
@@ -122,6 +124,22 @@ class Severity(StrEnum):
 
 
 SEVERITY_RANK = {"critical": 4, "high": 3, "medium": 2, "low": 1, "info": 0}
+
+
+class Level(StrEnum):
+    """A log line's own declared level, normalised from the many spellings (``sources.levels``)."""
+
+    FATAL = "fatal"         # emerg, panic, fatal, glog F
+    CRITICAL = "critical"   # alert, crit, critical, failure, severe (java.util.logging's highest)
+    ERROR = "error"         # err, error, glog E
+    WARNING = "warning"     # warn, warning
+    NOTICE = "notice"
+    INFO = "info"           # info, informational
+    DEBUG = "debug"         # debug, trace, verbose
+
+
+LEVEL_RANK = {"fatal": 6, "critical": 5, "error": 4, "warning": 3, "notice": 2, "info": 1, "debug": 0}
+ERROR_LEVELS = frozenset({"fatal", "critical", "error"})    # "error or worse"
 
 
 class Role(StrEnum):

@@ -512,7 +512,7 @@ def events_from_vl_frame(df: pl.DataFrame, opts: ReadOptions = DEFAULT_OPTIONS, 
     rec = ok.select(pl.col("ts"), pl.lit(True).alias("own_time"), pl.lit(False).alias("bad_ts"),
                     pl.col("text").alias("raw_first"), pl.coalesce("stream_id", pl.lit(file)).alias("ooo_key"),
                     "host", "job_id", "source", file_col.alias("file"), pl.col("lineno").alias("line"),
-                    "stream_id", "rank", "message")
+                    "stream_id", "rank", "message", "level")
     events, q = Finisher(file, seq_start, dedup if dedup is not None else Deduper(enabled=opts.dedupe)).finish(
         rec, stats)
     if q.height:

@@ -44,6 +44,7 @@ from pathlib import PurePath
 import polars as pl
 
 from recovery_logs.schema import SourceKind
+from recovery_logs.sources.levels import level_expr, pri_level_expr
 from recovery_logs.timeutil import frac_ns as _frac_ns
 from recovery_logs.timeutil import rfc3339_to_ns_expr as rfc3339_ns
 
@@ -154,7 +155,7 @@ def _base_cols(df: pl.DataFrame) -> pl.DataFrame:
     """The columns every parser returns, with defaults, in a fixed order."""
     defaults = {"ts": pl.Int64, "ts_inferred": pl.Boolean, "has_ts": pl.Boolean, "header": pl.Boolean,
                 "malformed": pl.Boolean, "host": pl.String, "job_id": pl.String, "source": pl.String,
-                "rank": pl.Int32, "stream_id": pl.String, "message": pl.String}
+                "rank": pl.Int32, "stream_id": pl.String, "message": pl.String, "level": pl.String}
     cols = [pl.col("lineno"), pl.col("text")]
     for name, dtype in defaults.items():
         if name in df.columns:
@@ -196,6 +197,7 @@ def parse_syslog(lines: pl.DataFrame, ctx: ParseContext) -> pl.DataFrame:
         job_id=af(7).str.extract(RE_SD_JOB, 1),
         prog=prog,
         message=pl.when(is_a | is_b | is_c).then(raw_msg.str.replace(RE_UPTIME_PREFIX, "")).otherwise(t),
+        level=pl.when(is_a | is_b).then(pri_level_expr(t)),     # the PRI, where the line carries one
     )
     # a line that is not a header but is indented is a continuation, not a bad timestamp
     df = df.with_columns(has_ts=pl.col("header") | ~t.str.contains(r"^\s")).with_columns(
@@ -272,6 +274,7 @@ def parse_job(lines: pl.DataFrame, ctx: ParseContext) -> pl.DataFrame:
 
 # --- JSON lines: VictoriaLogs and journald -----------------------------------------------------
 VL_JOB_FIELDS = ("job_id", "job", "slurm_job_id", "meta.job_id")
+VL_LEVEL_FIELDS = ("level", "PRIORITY")   # a record's declared level (sources.levels), where it has one
 VL_SOURCE_FIELDS = ("unit", "app_name", "_TRANSPORT", "_SYSTEMD_UNIT", "SYSLOG_IDENTIFIER")
 
 
@@ -313,7 +316,8 @@ def _stream_label(key: str) -> pl.Expr:
 
 
 def vl_columns(host_fields: tuple[str, ...]) -> tuple[str, ...]:
-    keys = ["_time", "_msg", "_stream", "_stream_id", "rank", *host_fields, *VL_JOB_FIELDS, *VL_SOURCE_FIELDS]
+    keys = ["_time", "_msg", "_stream", "_stream_id", "rank", *host_fields, *VL_JOB_FIELDS, *VL_SOURCE_FIELDS,
+            *VL_LEVEL_FIELDS]
     return tuple(dict.fromkeys(keys))
 
 
@@ -357,6 +361,7 @@ def vl_frame_to_parsed(df: pl.DataFrame, host_fields: tuple[str, ...]) -> pl.Dat
         malformed=~pl.col("valid") | pl.col("_time").is_null() | ts.is_null(),
         host=short_host(host), job_id=job, source=source,
         stream_id=pl.col("_stream_id"),
+        level=level_expr(pl.coalesce([pl.col(k) for k in VL_LEVEL_FIELDS])),
         message=pl.when(rk.is_not_null()).then(msg.str.replace(r"^\[rank\d+\]:\s?", "")).otherwise(msg),
         nvrm=pl.lit(False),
     )
@@ -371,7 +376,7 @@ def parse_vl_jsonl(lines: pl.DataFrame, ctx: ParseContext) -> pl.DataFrame:
 def parse_journald(lines: pl.DataFrame, ctx: ParseContext) -> pl.DataFrame:
     """``journalctl -o json``: one JSON object per line."""
     keys = ("__REALTIME_TIMESTAMP", "MESSAGE", "_HOSTNAME", "SYSLOG_IDENTIFIER", "_TRANSPORT",
-            "_SYSTEMD_UNIT", "_COMM")
+            "_SYSTEMD_UNIT", "_COMM", "PRIORITY")
     df = json_fields(lines.filter(pl.col("text").str.strip_chars() != ""), keys)
     m = pl.col("MESSAGE")
     as_bytes = m.str.starts_with("[")
@@ -387,7 +392,7 @@ def parse_journald(lines: pl.DataFrame, ctx: ParseContext) -> pl.DataFrame:
     df = df.with_columns(message=msg.fill_null(""), bad_utf8=bad.fill_null(False)).with_columns(
         ts=us * 1000, has_ts=pl.lit(True), header=pl.lit(True),
         malformed=~pl.col("valid") | us.is_null(),
-        host=short_host(pl.col("_HOSTNAME")), source=kind,
+        host=short_host(pl.col("_HOSTNAME")), source=kind, level=level_expr(pl.col("PRIORITY")),
         nvrm=pl.col("message").str.starts_with("NVRM: "), body=pl.col("message"),
     )
     return _base_cols(df)

@@ -19,10 +19,13 @@ Month Day``                              template's order, joined by one space, 
 ``Node Host Hostname``                   ``host`` (short name, as Slurm knows it)
 ``Job JobId``                            ``job_id``
 ``Rank``                                 ``rank``
+``Level Severity Priority``              ``level``, normalised (``sources.levels``: ``FATAL``,
+                                         ``SEVERE``, ``err``, ``W``, a syslog number or PRI …);
+                                         a value it does not know is null
 ``Component Process Program Pid``        attributes: validated, not kept (the event schema has
 ``Thread Tid Type Facility Module``      no column for them); a ``Component``/``Process``/
-``Logger Level Severity Priority``       ``Program`` of ``kernel`` or a Slurm daemon still sets
-``Location User NodeRepeat``             the event ``source``
+``Logger Location User NodeRepeat``      ``Program`` of ``kernel`` or a Slurm daemon still sets
+                                         the event ``source``
 ``*``                                    a field to skip (anything, e.g. a label column)
 =====================================  =======================================================
 
@@ -70,6 +73,7 @@ from recovery_logs.sources.formats import (
     naive_to_utc_ns,
     short_host,
 )
+from recovery_logs.sources.levels import level_expr
 from recovery_logs.timeutil import frac_ns
 
 LINE_FORMAT = "line-format"     # the reader format name of a file read with a site line format
@@ -81,8 +85,9 @@ _ROLES: dict[str, str] = {
     **dict.fromkeys(("job", "jobid"), "job"),
     "rank": "rank",
     **dict.fromkeys(("component", "process", "program"), "program"),
-    **dict.fromkeys(("pid", "thread", "tid", "type", "facility", "module", "logger", "level", "severity",
-                     "priority", "location", "user", "noderepeat"), "attr"),
+    **dict.fromkeys(("level", "severity", "priority"), "level"),
+    **dict.fromkeys(("pid", "thread", "tid", "type", "facility", "module", "logger", "location", "user",
+                     "noderepeat"), "attr"),
     "*": "skip",
 }
 KNOWN_FIELDS = ("Content", "Message", "Msg", "Date", "Time", "Timestamp", "DateTime", "Year", "Month", "Day",
@@ -178,7 +183,7 @@ def compile_line_format(pattern: str, time_format: str | None = None, *, name: s
                           "(<Date>, <Time>, <Timestamp> …)", value=pattern)
     # Only the fields the event needs are captured, and a message at the end is the text after the
     # header: capture groups (a trailing `(.*)` above all) make the regex engine several times slower.
-    kept = {"time", "host", "job", "rank", "program"}
+    kept = {"time", "host", "job", "rank", "program", "level"}
     ci = next(i for i, r, _ in roles if r == "content")
     last = ci == len(roles) - 1
     parts = ["^(", _literal(literals[0])]       # group 1 (struct field "1"): the header
@@ -351,6 +356,7 @@ def parse_line_format(lines: pl.DataFrame, ctx: ParseContext, lf: LineFormat) ->
         host=pl.when(ok).then(short_host(first("host"))),
         job_id=pl.when(ok).then(first("job")),
         rank=pl.when(ok).then(first("rank").cast(pl.Int32, strict=False)),
+        level=pl.when(ok).then(level_expr(first("level"))),
         message=pl.when(ok).then(msg).otherwise(t),
         source=pl.when(ok).then(source).otherwise(pl.lit(file_kind)),
         mismatch=~ok & ~blank & ~indented,
@@ -367,7 +373,7 @@ def parse_line_format(lines: pl.DataFrame, ctx: ParseContext, lf: LineFormat) ->
         pl.col("has_ts").cast(pl.Boolean), pl.col("header").cast(pl.Boolean), pl.lit(False).alias("malformed"),
         pl.col("host").cast(pl.String), pl.col("job_id").cast(pl.String), pl.col("source").cast(pl.String),
         pl.col("rank").cast(pl.Int32), pl.lit(None, pl.String).alias("stream_id"), pl.col("message").cast(pl.String),
-        pl.col("body").cast(pl.String), pl.col("nvrm"), pl.col("mismatch"))
+        pl.col("body").cast(pl.String), pl.col("nvrm"), pl.col("mismatch"), pl.col("level").cast(pl.String))
 
 
 __all__ = ["KNOWN_FIELDS", "LINE_FORMAT", "LineFormat", "compile_line_format", "line_formats_from_cli",

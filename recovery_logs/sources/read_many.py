@@ -151,7 +151,7 @@ def _json_records(parsed: pl.DataFrame, opts: ReadOptions, stats: collections.Co
         "_fid", pl.col("ts"), (~pl.col("ts_inferred")).alias("own_time"), pl.lit(False).alias("bad_ts"),
         pl.col("text").alias("raw_first"), pl.coalesce(pl.col("stream_id"), pl.col("_path")).alias("ooo_key"),
         "host", "job_id", "source", pl.col("_path").alias("file"), pl.col("lineno").alias("line"),
-        "stream_id", "rank", "message")
+        "stream_id", "rank", "message", "level")
 
 
 def _text_records(whole: pl.DataFrame, fmt: str, opts: ReadOptions, stats: collections.Counter,
@@ -195,7 +195,7 @@ def _text_records(whole: pl.DataFrame, fmt: str, opts: ReadOptions, stats: colle
         (pl.col("has_ts") & pl.col("ts").is_null()).alias("bad_ts"),
         pl.col("text").alias("raw_first"), pl.col("_path").alias("ooo_key"),
         "host", "job_id", "source", pl.col("_path").alias("file"), pl.col("lineno").alias("line"),
-        "stream_id", "rank", "message")
+        "stream_id", "rank", "message", "level")
 
 
 def parse_many(files: Sequence[WholeFile], opts: ReadOptions, seq_start: int,

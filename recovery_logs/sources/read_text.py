@@ -295,7 +295,7 @@ class TextParser:
             pl.col("text").alias("raw_first"),
             pl.coalesce(pl.col("stream_id"), pl.lit(self.file)).alias("ooo_key"),
             "host", "job_id", "source", pl.lit(self.file).alias("file"), pl.col("lineno").alias("line"),
-            "stream_id", "rank", "message")
+            "stream_id", "rank", "message", "level")
 
     def _text_records(self, parsed: pl.DataFrame, final: bool, end: int, stats: collections.Counter,
                       drain: bool, quar: list) -> pl.DataFrame:
@@ -360,7 +360,7 @@ class TextParser:
             (pl.col("has_ts") & pl.col("ts").is_null()).alias("bad_ts"),
             pl.col("text").alias("raw_first"), pl.lit(self.file).alias("ooo_key"),
             "host", "job_id", "source", pl.lit(self.file).alias("file"), pl.col("lineno").alias("line"),
-            "stream_id", "rank", "message", *(["mismatch"] if "mismatch" in firsts.columns else []))
+            "stream_id", "rank", "message", "level", *(["mismatch"] if "mismatch" in firsts.columns else []))
 
 
 def group_records(p: pl.DataFrame, fmt: str) -> pl.DataFrame:
@@ -433,7 +433,7 @@ def group_records(p: pl.DataFrame, fmt: str) -> pl.DataFrame:
     start = ~pl.col("cont") & ~pl.col("drop")
     return p.select(
         "lineno", "text", "ts", "ts_inferred", "has_ts", "host", "job_id", "source", "rank", "stream_id", "message",
-        "cont", "drop", "key", *(["bad_utf8"] if "bad_utf8" in p.columns else []),
+        "level", "cont", "drop", "key", *(["bad_utf8"] if "bad_utf8" in p.columns else []),
         *(["mismatch"] if "mismatch" in p.columns else []), *(["_fid"] if many else []),
         gfirst=pl.coalesce(pl.when(start).then(pl.col("lineno")).forward_fill().over("key"), pl.col("lineno")))
 

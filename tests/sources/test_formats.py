@@ -32,7 +32,7 @@ def test_syslog_rfc3164_rfc5424_iso_nvrm_join_and_bad_timestamp():
         dict(time="2026-11-29T14:06:01Z", line=7, host="gpu-n01", source="slurm",
              message="error: _rpc_terminate_job: Job 184470 step 0 kill task failed"),
         dict(time="2026-11-29T14:06:02.123456789Z", line=8, host="gpu-n01", job="184470", source="slurm",
-             message="error: *** JOB 184470 ON gpu-n01 CANCELLED AT 2026-11-29T14:06:02 ***"),
+             level="warning", message="error: *** JOB 184470 ON gpu-n01 CANCELLED AT 2026-11-29T14:06:02 ***"),
         dict(time="2026-11-29T14:06:03Z", line=9, **k, message="pcieport 0000:c0:01.0: AER: Uncorrected (Fatal) "
              "error received: 0000:cb:00.0\n  continuation of the AER report"),
         dict(time="2026-11-29T14:06:03Z", inferred=True, line=11, **k, message="bad day of month"),
@@ -96,10 +96,10 @@ def test_journald_json_export():
     path = FIX / "gpu-jd1.journal.json"
     r = read_paths([path])
     exp = events_frame([
-        dict(time="2026-11-29T17:03:36.551714Z", line=1, host="gpu-jd1", source="kernel",
+        dict(time="2026-11-29T17:03:36.551714Z", line=1, host="gpu-jd1", source="kernel", level="error",
              message="NVRM: Xid (PCI:0000:d8:00): 74, pid=2211, name=python, NVLink: fatal error detected on link "
                      "5(0x10000, 0x0, 0x0, 0x0, 0x0, 0x0, 0x0)"),
-        dict(time="2026-11-29T17:03:36.553214Z", line=2, host="gpu-jd1", source="journald",
+        dict(time="2026-11-29T17:03:36.553214Z", line=2, host="gpu-jd1", source="journald", level="warning",
              message="detected NVSwitch non-fatal error 12028 on NVSwitch pci bus id 00000000:07:00.0 physical id 0 "
                      "port 32"),
         dict(time="2026-11-29T17:03:37.000001Z", line=3, host="gpu-jd1", source="slurm",
@@ -257,11 +257,12 @@ def test_syslog_over_tcp_capture_with_priority_prefixes():
     path = FIX / "syslog_tcp_input.log"
     r = read_paths([path], ReadOptions(year=2026))
     exp = events_frame([
-        dict(time="2026-11-29T17:03:41Z", line=3, seq=2, host="gpu-sl2", source="kernel",
+        dict(time="2026-11-29T17:03:41Z", line=3, seq=2, host="gpu-sl2", source="kernel", level="info",
              message="NVRM: GPU at PCI:0000:86:00: GPU-1f2e3d4c-5b6a-7980-1a2b-3c4d5e6f7a8b"),
-        dict(time="2026-11-29T17:03:41.976762Z", line=1, seq=0, host="gpu-sl1", source="kernel",
+        dict(time="2026-11-29T17:03:41.976762Z", line=1, seq=0, host="gpu-sl1", source="kernel", level="error",
              message="NVRM: Xid (PCI:0000:3b:00): 79, pid=1234, GPU has fallen off the bus."),
         dict(time="2026-11-29T17:03:41.976762Z", line=2, seq=1, host="gpu-sl1", job="185100", source="slurm",
+             level="warning",
              message="error: Node gpu-sl1 has low real_memory size"),
     ], path)
     assert_frame_equal(r.events, exp)
@@ -286,7 +287,7 @@ def test_slurmd_log_is_slurm_source_and_keeps_its_header():
 def test_journald_nvrm_block_split_over_records_is_joined_and_bad_line_quarantined():
     path = FIX / "gpu-jd2.journal.json"
     r = read_paths([path])
-    k = dict(host="gpu-jd2", source="kernel")
+    k = dict(host="gpu-jd2", source="kernel", level="error")   # journald PRIORITY 3
     exp = events_frame([
         dict(time="2026-11-29T17:03:36Z", line=1, **k,
              message="NVRM: Xid (PCI:0000:cb:00): 79, pid=1234, name=python, GPU has fallen off the bus."),
