@@ -28,6 +28,11 @@ class EngineConfig:
     gpus_per_node       for rank -> local GPU mapping when logs do not say
     progress_retention_s  progress lines older than this (behind the newest event) are compacted away once
                         more than ``progress_compact_rows`` are held; detector findings are kept
+    line_scores         line-level template rarity (``detectors.linescore``: rare error-level lines and
+                        new templates of the site's own logs, low-severity ``investigate`` findings).
+                        None (the default): on exactly when a site line format (``--line-format``,
+                        ``[[line_formats]]``) reads the input — logs no rule was written for — and off
+                        for the built-in formats, whose faults the rules name; True/False: always/never
     """
 
     window_s: float = 60.0
@@ -43,6 +48,7 @@ class EngineConfig:
     progress_compact_rows: int = 400_000
     rules_dir: Path | None = None
     models_dir: Path | None = None
+    line_scores: bool | None = None
 
     def __post_init__(self) -> None:
         for name in ("window_s", "incident_gap_s", "job_span_grace_s"):
@@ -53,6 +59,8 @@ class EngineConfig:
         if not 0.0 <= self.drain_min_confidence <= 1.0:
             raise ConfigError("engine config: drain_min_confidence must be within [0, 1]",
                               value=self.drain_min_confidence)
+        if self.line_scores is not None and not isinstance(self.line_scores, bool):
+            raise ConfigError("engine config: line_scores must be true or false", value=self.line_scores)
         if self.evidence_max < 1:
             raise ConfigError("engine config: evidence_max must be >= 1", value=self.evidence_max)
 

@@ -109,6 +109,9 @@ def register(app: typer.Typer) -> None:
         vl_account: Annotated[str | None, typer.Option("--vl-account", help="tenant AccountID")] = None,
         vl_project: Annotated[str | None, typer.Option("--vl-project", help="tenant ProjectID")] = None,
         extra_filter: Annotated[list[str] | None, typer.Option("--extra-filter", help="server-side extra_filters (repeatable)")] = None,
+        line_scores: Annotated[bool | None, typer.Option(
+            "--line-scores/--no-line-scores", help="flag rare error-level lines and new templates (low severity, "
+            "investigate only); default: on with a site line format, off for the built-in formats")] = None,
         accounting: Annotated[str | None, typer.Option(
             "--accounting", help="Slurm accounting to join node faults to jobs: a saved `sacct --json` or "
             "`sacct -P` dump, or `sacct` to ask the live sacct for the replayed range")] = None,
@@ -124,6 +127,8 @@ def register(app: typer.Typer) -> None:
             if not rules_dir.is_dir():
                 raise ConfigError("--rules-dir is not a directory", path=str(rules_dir))
             cfg = cfg.with_(rules_dir=rules_dir)
+        if line_scores is not None:
+            cfg = cfg.with_(line_scores=line_scores)
         line_formats = line_formats_from_cli(line_format, time_format, config, fmt)
         opts = _read_options(fmt, host, job, year, boot_time, line_formats, since, until, nodes)
         batches = None

@@ -23,6 +23,7 @@ from recovery_logs.config import EngineConfig
 from recovery_logs.detectors.anomaly import AnomalyDetector
 from recovery_logs.detectors.base import DetectContext, Detector
 from recovery_logs.detectors.hangs import HangDetector
+from recovery_logs.detectors.linescore import LineScoreParams, LineStats, score_lines
 from recovery_logs.detectors.rulepack import RulePack, load_packs
 from recovery_logs.detectors.rules import match
 from recovery_logs.detectors.stragglers import StragglerDetector
@@ -78,6 +79,7 @@ class EnginePart:
     max_time_ns: int | None
     events: int
     gpus: list[Any] = field(default_factory=list)   # GPU inventory records (NVML inventory, NCCL init lines), in order
+    lines: LineStats | None = None     # template counts and candidate lines, when line scores are on
 
     def merge(self, other: EnginePart) -> EnginePart:
         """Both parts as one (associative; ``self`` read before ``other``)."""
@@ -88,13 +90,24 @@ class EnginePart:
         mx = [t for t in (self.max_time_ns, other.max_time_ns) if t is not None]
         return EnginePart(pl.concat([self.findings, other.findings]), merge_windows(self.windows, other.windows),
                           merge_spans(self.spans, other.spans), addr, max(mx) if mx else None,
-                          self.events + other.events, self.gpus + other.gpus)
+                          self.events + other.events, self.gpus + other.gpus,
+                          _merge_lines(self.lines, other.lines))
 
     def shift_seq(self, offset: int) -> EnginePart:
         """The part as if its events had been read after ``offset`` others (global ``seq``)."""
         if not offset:
             return self
-        return replace(self, findings=self.findings.with_columns(pl.col("seq") + offset))
+        return replace(self, findings=self.findings.with_columns(pl.col("seq") + offset),
+                       lines=self.lines.shift_seq(offset) if self.lines is not None else None)
+
+
+LINE_SCORE_PARAMS = LineScoreParams()
+
+
+def _merge_lines(a: LineStats | None, b: LineStats | None) -> LineStats | None:
+    if a is None or b is None:
+        return a if b is None else b
+    return a.merge(b, LINE_SCORE_PARAMS)
 
 
 class Engine:
@@ -125,6 +138,7 @@ class Engine:
         self.attributor = Attributor(self.config, descriptions, xid_names)
         self.inventory = GpuInventory()                 # (host, PCI) -> GPU index/UUID (NVML agent, NCCL lines)
         self.allocations: pl.DataFrame | None = None    # Slurm accounting (sources.accounting); None: not given
+        self.line_stats = LineStats.empty()             # line scores (config.line_scores): templates, candidates
 
     def set_accounting(self, allocations: pl.DataFrame | None) -> None:
         """The allocations frame (``sources.accounting.ALLOCATION_SCHEMA``) findings are joined
@@ -151,8 +165,9 @@ class Engine:
             if ip not in addr or (t, h) < addr[ip]:
                 addr[ip] = (t, h)
         tmax = events.select(pl.col("time").max().dt.epoch("ns")).item()
+        lines = LineStats.of(events, LINE_SCORE_PARAMS) if self.config.line_scores else None
         return EnginePart(found, window_counts(events, found, self.config.window_s), job_spans(events), addr,
-                          tmax, events.height, inventory_records(events) + nccl_gpu_records(events))
+                          tmax, events.height, inventory_records(events) + nccl_gpu_records(events), lines)
 
     def absorb(self, part: EnginePart) -> None:
         """Fold a part (from ``partial``, here or in a worker) into the state."""
@@ -170,6 +185,8 @@ class Engine:
                 self.addr_hosts[ip] = h
         if part.gpus:
             self.inventory.update(part.gpus)
+        if part.lines is not None:
+            self.line_stats = self.line_stats.merge(part.lines, LINE_SCORE_PARAMS)
         tmax = part.max_time_ns
         if tmax is not None:
             self.max_time_ns = tmax if self.max_time_ns is None else max(self.max_time_ns, tmax)
@@ -204,23 +221,33 @@ class Engine:
 
         wm = watermark_ns if watermark_ns is not None else (
             self.watermark_ns if self.watermark_ns is not None else self.max_time_ns)
-        if wm is None or not self.detectors:
+        if wm is None or not (self.detectors or self.config.line_scores):
             return self._sticky
         closed = None if self.closed_ns is None or watermark_ns is not None else min(wm, self.closed_ns)
         if closed is not None:
             wm = closed
-        key = (wm, closed, self.stats["findings"], self.stats["compacted"], self._sticky.height,
+        key = (wm, closed, self.stats["findings"], self.stats["compacted"], self._sticky.height, self.line_stats.total,
                tuple(sorted((self.job_states or {}).items())))
         if self._det_cache is not None and self._det_cache[0] == key:   # incidents() and reports share it
             return self._det_cache[1]
         ctx = DetectContext(watermark_ns=wm, job_states=self.job_states, config=self.config, closed_ns=closed)
         base = self.findings
         outs = [d.detect(base, self.windows, ctx) for d in self.detectors]
+        if self.config.line_scores:
+            outs.append(self.line_scores(wm))
         outs = [o for o in (self._sticky, *outs) if o.height]
         det = empty_findings() if not outs else pl.concat(outs).unique(
             ["rule_id", "time", "host", "job_id", "message"], keep="first", maintain_order=True)
         self._det_cache = (key, det)
         return det
+
+    def line_scores(self, watermark_ns: int | None = None) -> pl.DataFrame:
+        """``detectors.linescore`` findings over every line seen (at or before the watermark): rare
+        error-level lines and new templates that no rule won."""
+        f = score_lines(self.line_stats, LINE_SCORE_PARAMS, self.findings.filter(pl.col("role") != "progress"))
+        if watermark_ns is not None and f.height:
+            f = f.filter(pl.col("time").is_null() | (pl.col("time").dt.epoch("ns") <= watermark_ns))
+        return f
 
     def compact(self, horizon_ns: int) -> int:
         """Bound memory: drop progress findings and windows older than ``horizon_ns``.

@@ -8,15 +8,21 @@ by line, what the engine flagged and how sure it was. ``replay --out DIR`` write
 ``line``       1-based line number of the record's first line (0 for ``detector`` rows)
 ``time``       event time (UTC, ns)
 ``host``       node; ``job_id`` the Slurm job when known
-``rule_id``    the rule that won the line, ``detector.anomaly`` for a line flagged only by the
-               anomaly model, ``detector.hang`` / ``detector.straggler`` (``file = detector``)
+``rule_id``    the rule that won the line, ``detector.line_rarity`` for a line flagged by template
+               rarity (``detectors.linescore``, when line scores are on), ``detector.anomaly`` for
+               a line flagged only by the anomaly model, ``detector.hang`` /
+               ``detector.straggler`` (``file = detector``)
 ``category`` ``role`` ``severity``   as in the findings frame
-``score``      the isolation forest's anomaly score (higher = more anomalous, in (0, 1]) of the
-               line's (host, job, window), where the model scored that window; null otherwise
+``level``      the line's declared level (normalised), where its format has one
+``score``      ``detector.line_rarity`` rows: the line's template rarity (in [0, 1], 1 = a template
+               seen once); other rows: the isolation forest's anomaly score (higher = more
+               anomalous, in (0, 1]) of the line's (host, job, window), where the model scored
+               that window; null otherwise
 ``message``    the event message
 =============  =================================================================================
 
-Which lines a model-flagged window flags: every line of that (host, job, window) that no rule
+A line has one row: a rule's, else line rarity's, else the window model's. Which lines a
+model-flagged window flags: every line of that (host, job, window) that no rule or line score
 won — the model scores windows, not lines, so this is the line-level reading of its verdict.
 Progress lines (step timings) are not flags and are left out. Rows are in (time, file, line) order,
 at most one per (file, line).
@@ -30,12 +36,13 @@ from typing import Any
 import polars as pl
 
 from recovery_logs.detectors.features import window_ns
-from recovery_logs.schema import TIME, SchemaDict
+from recovery_logs.detectors.linescore import RULE_ID as LINE_RULE_ID
+from recovery_logs.schema import TIME, SchemaDict, conform
 
 LINE_FINDINGS_SCHEMA: SchemaDict = {
     "file": pl.String, "line": pl.Int64, "time": TIME, "host": pl.String, "job_id": pl.String,
     "rule_id": pl.String, "category": pl.String, "role": pl.String, "severity": pl.String,
-    "score": pl.Float64, "message": pl.String,
+    "level": pl.String, "score": pl.Float64, "message": pl.String,
 }
 _KEY = ["host", "job_id", "_w"]
 
@@ -80,7 +87,10 @@ def line_findings(engine: Any, events: pl.DataFrame | pl.LazyFrame | None = None
     det = engine.detector_findings()
     other = det.filter(~pl.col("rule_id").eq("detector.anomaly"))
     if other.height:
-        parts.append(other.with_columns(score=pl.lit(None, pl.Float64)).select(list(LINE_FINDINGS_SCHEMA)))
+        line_score = pl.col("detail").str.json_path_match("$.score").cast(pl.Float64, strict=False)
+        parts.append(other.with_columns(score=pl.when(pl.col("rule_id") == LINE_RULE_ID).then(line_score))
+                     .select(list(LINE_FINDINGS_SCHEMA)))
+    won = pl.concat([f.select("file", "line"), det.filter(pl.col("rule_id") == LINE_RULE_ID).select("file", "line")])
     flagged = scores.filter(pl.col("flagged"))
     anomaly_windows = det.filter(pl.col("rule_id").eq("detector.anomaly")).select(
         "host", "job_id", pl.col("detail").str.json_path_match("$.window_start").alias("_ws"))
@@ -90,14 +100,16 @@ def line_findings(engine: Any, events: pl.DataFrame | pl.LazyFrame | None = None
             pl.col("_ws").str.to_datetime(time_zone="UTC", time_unit="ns").dt.epoch("ns").alias("_w")).drop("_ws")
         flagged = flagged.join(aw, on=_KEY, how="semi", nulls_equal=True)
         ev = events.lazy() if isinstance(events, pl.DataFrame) else events
-        lines = (_with_window(ev.select("file", "line", "time", "host", "job_id", "message"), wn)
+        cols = ["file", "line", "time", "host", "job_id", "message",
+                *(["level"] if "level" in ev.collect_schema().names() else [])]   # (events.parquet before levels)
+        lines = (_with_window(ev.select(cols), wn)
                  .join(flagged.lazy().select(*_KEY, "score", "_role"), on=_KEY, how="inner", nulls_equal=True)
-                 .join(f.lazy().select("file", "line"), on=["file", "line"], how="anti")
+                 .join(won.lazy(), on=["file", "line"], how="anti")
                  .with_columns(rule_id=pl.lit("detector.anomaly"), category=pl.lit("anomaly"),
                                role=pl.col("_role"), severity=pl.lit("low"))
                  .select(list(LINE_FINDINGS_SCHEMA)).collect())
         parts.append(lines)
-    out = pl.concat([p.select([pl.col(c).cast(t) for c, t in LINE_FINDINGS_SCHEMA.items()]) for p in parts])
+    out = pl.concat([conform(p, LINE_FINDINGS_SCHEMA) for p in parts])
     return out.sort(["time", "file", "line"], nulls_last=True)
 
 

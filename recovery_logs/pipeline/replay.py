@@ -10,7 +10,7 @@ from __future__ import annotations
 import time
 from collections import Counter
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -30,7 +30,7 @@ from recovery_logs.textsafe import json_dumps
 from recovery_logs.timeutil import ns_to_iso
 
 __all__ = ["COALESCE_ROWS", "QUARANTINE_KEYS", "QuarantineKeeper", "ReplayOptions", "ReplayResult", "finish_replay",
-           "replay"]
+           "replay", "resolve_line_scores"]
 
 
 @dataclass(frozen=True)
@@ -99,11 +99,19 @@ class QuarantineKeeper:
         return pl.concat(self.parts) if self.parts else empty_quarantine()
 
 
+def resolve_line_scores(opts: ReplayOptions) -> ReplayOptions:
+    """``config.line_scores`` None (auto): on when a site line format reads the input, else off."""
+    if opts.config.line_scores is not None:
+        return opts
+    site = bool(opts.read is not None and opts.read.line_formats)
+    return replace(opts, config=opts.config.with_(line_scores=site))
+
+
 def replay(paths: Sequence[str | Path], options: ReplayOptions | None = None,
            batches: Iterable[Batch] | None = None, engine: Engine | None = None) -> ReplayResult:
     """Read ``paths`` (or the given ``batches``), detect, attribute and plan; record, never act."""
 
-    opts = options or ReplayOptions()
+    opts = resolve_line_scores(options or ReplayOptions())
     read_opts = opts.read or ReadOptions()
     eng = engine or Engine(opts.config)
     t0 = time.perf_counter()

@@ -44,6 +44,7 @@ from recovery_logs.pipeline.replay import (
     ReplayOptions,
     ReplayResult,
     finish_replay,
+    resolve_line_scores,
 )
 from recovery_logs.sources.archive import is_archive
 from recovery_logs.sources.files import ReadOptions, expand_paths, iter_batches
@@ -118,7 +119,7 @@ def _ray(workers: int | None, address: str | None) -> Any:
 def replay_sharded(paths: Sequence[str | Path], options: ReplayOptions | None = None, *,
                    workers: int | None = None, address: str | None = None) -> ReplayResult:
     """``replay`` with the reading and matching on Ray workers; identical result (module docstring)."""
-    opts = options or ReplayOptions()
+    opts = resolve_line_scores(options or ReplayOptions())
     if workers is None and address is None:
         raise ConfigError("replay_sharded: give workers or a Ray address")
     if workers is not None and workers < 1:

@@ -82,6 +82,26 @@ def test_cli_line_format_replay_writes_findings(tmp_path, capsys):
     assert '"reason": "format_mismatch"' in q and "not a RAS line at all" in q
 
 
+@pytest.mark.parametrize(("flag", "want"), [([], 2), (["--no-line-scores"], 0)])
+def test_cli_line_scores_default_on_for_a_site_format_and_switch(tmp_path, capsys, flag, want):
+    # the two LogHub BGL_2k FATAL lines of the test above (github.com/logpai/loghub, label column removed)
+    log = tmp_path / "ras.log"
+    log.write_text(
+        "1117869872 2005.06.04 R04-M1-N4-I:J18-U11 2005-06-04-00.24.32.432192 R04-M1-N4-I:J18-U11 RAS APP FATAL "
+        "ciod: failed to read message prefix on control stream (CioStream socket to 172.16.96.116:33569\n"
+        "1118536327 2005.06.11 R30-M0-N9-C:J16-U01 2005-06-11-17.32.07.581048 R30-M0-N9-C:J16-U01 RAS KERNEL FATAL "
+        "data TLB error interrupt\n")
+    out = tmp_path / "out"
+    assert main(["replay", str(log), "--out", str(out), "--json", *flag,
+                 "--line-format", "<*> <*> <Node> <Time> <*> <Type> <Component> <Level> <Content>",
+                 "--time-format", "%Y-%m-%d-%H.%M.%S%.f"]) == 0
+    capsys.readouterr()
+    f = _check_against_events(out).filter(pl.col("rule_id") == "detector.line_rarity")
+    assert f.height == want
+    if want:
+        assert f["level"].to_list() == ["fatal", "fatal"] and f["score"].null_count() == 0
+
+
 @pytest.mark.parametrize(("args", "needle"), [
     (["--time-format", "%Y"], "--time-format needs --line-format"),
     (["--line-format", "<Node> <Content>", "--format", "syslog"], "give one"),
