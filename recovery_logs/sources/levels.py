@@ -30,18 +30,32 @@ SYSLOG_SEVERITY: tuple[str, ...] = (Level.FATAL.value, Level.CRITICAL.value, Lev
                                     Level.INFO.value, Level.DEBUG.value)
 
 
+def _normalise(word: pl.Expr) -> pl.Expr:
+    word = word.str.strip_chars().str.strip_chars("[]<>():;,.|\"'").str.to_lowercase()
+    num = word.cast(pl.Int32, strict=False)
+    sev = pl.when((num >= 0) & (num <= 191)).then(num % 8)
+    by_num = sev.replace_strict(list(range(8)), list(SYSLOG_SEVERITY), default=None, return_dtype=pl.String)
+    by_word = word.replace_strict(_WORDS, default=None, return_dtype=pl.String)
+    return pl.coalesce(by_word, by_num).cast(pl.String)
+
+
+def _normalise_distinct(s: pl.Series) -> pl.Series:
+    """Levels have a handful of distinct spellings: normalise those, then map the column (a hash
+    lookup per row instead of four string passes)."""
+    keys = s.drop_nulls().unique()
+    if keys.len() == 0:
+        return pl.Series(s.name, [None] * s.len(), dtype=pl.String)
+    vals = pl.DataFrame({"k": keys}).select(_normalise(pl.col("k")))["k"]
+    return s.replace_strict(keys, vals, default=None, return_dtype=pl.String)
+
+
 def level_expr(raw: pl.Expr) -> pl.Expr:
     """A String expression of declared levels -> normalised ``Level`` values (null when unknown).
 
     Words are matched case-insensitively after stripping brackets and punctuation around them
     (``[ERROR]``, ``<warn>``, ``E:``); a number 0-7 is a syslog severity and a larger one (up to
     191) a PRI, whose low three bits are the severity."""
-    word = raw.str.strip_chars().str.strip_chars("[]<>():;,.|\"'").str.to_lowercase()
-    num = word.cast(pl.Int32, strict=False)
-    sev = pl.when((num >= 0) & (num <= 191)).then(num % 8)
-    by_num = sev.replace_strict(list(range(8)), list(SYSLOG_SEVERITY), default=None, return_dtype=pl.String)
-    by_word = word.replace_strict(_WORDS, default=None, return_dtype=pl.String)
-    return pl.coalesce(by_word, by_num).cast(pl.String)
+    return raw.cast(pl.String).map_batches(_normalise_distinct, return_dtype=pl.String)
 
 
 def pri_level_expr(text: pl.Expr) -> pl.Expr:
