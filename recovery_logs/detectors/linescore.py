@@ -33,6 +33,11 @@ Scoring (``score_lines``, a pure function of the state) over everything the engi
 Flags are findings ``detector.line_rarity``: category ``anomaly``, severity ``low``, action
 ``investigate`` (they never drain, reset, requeue or cancel on their own), the line's own file,
 line, time and host, and ``detail.score`` = rarity. Lines a rule already won are left to the rule.
+A new template's line has role ``cause`` (an ``anomaly`` incident: a kind of line the site never
+wrote before, which no rule names, is what an operator wants to be told about); the level-based
+flags have role ``info`` (rows of ``findings.parquet`` and evidence, never an incident alone: a
+RAS log says FATAL hundreds of times a day on hundreds of nodes, and one incident per node would
+bury the report).
 
 The constants (``LineScoreParams``) were chosen on one labelled public log (LogHub BGL_2k,
 ``benchmarks/hpc_logs.py``, which reports the others as held out); they were never fitted to a
@@ -179,7 +184,8 @@ def score_lines(stats: LineStats, params: LineScoreParams, ruled: pl.DataFrame |
                                    "new_template": bool(w), "level": lv, "why": why}, sort_keys=True))
     out = c.with_columns(
         rule_id=pl.lit(RULE_ID), rule_version=pl.lit(1, pl.Int32), category=pl.lit("anomaly"),
-        severity=pl.lit("low"), role=pl.lit("cause"), action=pl.lit("investigate"),
+        severity=pl.lit("low"), role=pl.when(pl.col("_new")).then(pl.lit("cause")).otherwise(pl.lit("info")),
+        action=pl.lit("investigate"),
         detail=pl.Series(details, dtype=pl.String))
     return conform(out, FINDING_SCHEMA).sort(["time", "seq"], nulls_last=True)
 

@@ -95,6 +95,10 @@ def test_line_scores_never_propose_a_disruptive_action(replayed):
     assert det.height > 0 and set(det["action"].to_list()) == {"investigate"}
     kinds = {str(a.kind) for i in res.incidents for a in i.actions}
     assert kinds and not kinds & DISRUPTIVE
+    # only the new template is an incident; the level-based flags are evidence rows (no flood)
+    assert [i.category for i in res.incidents] == ["anomaly"]
+    assert dict(zip(det["line"].to_list(), det["role"].to_list(), strict=True)) == {
+        ln: ("cause" if ln in _kinds["new_warning"] else "info") for ln in det["line"].to_list()}
     detail = json.loads(det["detail"][0])
     assert {"score", "template", "template_lines", "lines", "why"} <= set(detail)
 
