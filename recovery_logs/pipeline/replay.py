@@ -100,7 +100,11 @@ class QuarantineKeeper:
 
 
 def resolve_line_scores(opts: ReplayOptions) -> ReplayOptions:
-    """``config.line_scores`` None (auto): on when a site line format reads the input, else off."""
+    """``config.line_scores`` None (auto): on when a site line format reads the input, else off.
+
+    Line scores need every line's template: a reader-side prefilter that skips lines no rule can
+    match must be off whenever the resolved ``config.line_scores`` is True (``watch`` drops its
+    LogsQL rule prefilter then)."""
     if opts.config.line_scores is not None:
         return opts
     site = bool(opts.read is not None and opts.read.line_formats)

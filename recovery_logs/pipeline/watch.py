@@ -337,7 +337,9 @@ class Watcher:
     def prepare(self) -> Watcher:
         """The queries and fields the watch will send (no network): ``--explain`` prints them."""
         if self.vl_url is not None and self.query is None:
-            pre = self.engine.pack.logsql_prefilter() if self.options.prefilter else None
+            # line scores need every line's template: the rule prefilter would hide the lines they score
+            pre = (self.engine.pack.logsql_prefilter()
+                   if self.options.prefilter and not self.engine.config.line_scores else None)
             if pre and pre != "*":   # the NVML agent's inventory lines feed the GPU inventory, not a rule
                 pre = f'({pre} OR {INVENTORY_FILTER})'
             self.query = compose_query(self.options.query, pre)

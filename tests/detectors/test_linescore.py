@@ -18,6 +18,7 @@ from recovery_logs.config import EngineConfig
 from recovery_logs.detectors.linescore import RULE_ID, LineScoreParams, LineStats, score_lines
 from recovery_logs.pipeline.engine import Engine
 from recovery_logs.pipeline.replay import ReplayOptions, replay
+from recovery_logs.pipeline.watch import Watcher, WatchOptions
 from recovery_logs.schema import EVENT_SCHEMA, conform
 from recovery_logs.sources.files import ReadOptions, read_paths
 from recovery_logs.sources.lineformat import compile_line_format
@@ -146,3 +147,11 @@ def test_flagged_lines_of_one_template_are_bounded_and_novelty_needs_a_stable_vo
 
 def _word(i: int) -> str:
     return "".join(chr(97 + int(d)) for d in str(i))     # digits as letters: no mask folds them together
+
+
+@pytest.mark.parametrize(("line_scores", "prefiltered"), [(None, True), (True, False)])
+def test_watch_drops_the_rule_prefilter_when_line_scores_are_on(line_scores, prefiltered):
+    opts = WatchOptions(sources=("victorialogs://127.0.0.1:9",), config=EngineConfig(line_scores=line_scores))
+    w = Watcher(opts).prepare()       # builds the query; no network
+    pre = w.engine.pack.logsql_prefilter()
+    assert w.query is not None and pre not in ("", "*") and (pre in w.query) is prefiltered
