@@ -140,7 +140,8 @@ def archive_batches(root: Path, opts: ReadOptions) -> Iterator[Batch]:
     if not parts:
         yield Batch(pl.DataFrame(schema=EVENT_SCHEMA), empty_quarantine(), collections.Counter(files=0))
     for _day_name, files in parts:
-        lf = pl.scan_parquet(files)
+        # parts written before a column was added to the schema (the event ``level``) read as null there
+        lf = pl.scan_parquet(files, schema=EVENT_SCHEMA, missing_columns="insert", extra_columns="ignore")
         if opts.since_ns is not None:
             lf = lf.filter(pl.col("time").dt.epoch("ns") >= opts.since_ns)
         if opts.until_ns is not None:

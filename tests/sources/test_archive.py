@@ -12,7 +12,7 @@ from recovery_logs.api import bundled_incident, bundled_read_options
 from recovery_logs.cli import main
 from recovery_logs.errors import InputError
 from recovery_logs.pipeline.replay import ReplayOptions, replay
-from recovery_logs.sources.archive import archive_partitions, node_dir, write_archive
+from recovery_logs.sources.archive import ArchiveWriter, archive_partitions, node_dir, write_archive
 from recovery_logs.sources.files import ReadOptions, iter_batches, read_paths
 from recovery_logs.timeutil import iso_to_ns
 
@@ -73,3 +73,19 @@ def test_archive_command_and_replay_options(archived, tmp_path, capsys):
     capsys.readouterr()
     with pytest.raises(InputError, match="on its own"):
         read_paths([tmp_path / "a", src])
+
+
+def test_parts_written_before_the_level_column_still_read(tmp_path):
+    # an archive begun by a version without the event `level` column, appended to by this one
+    src = bundled_incident("xid79_nccl_cascade")
+    opts = bundled_read_options("xid79_nccl_cascade")
+    out = tmp_path / "a"
+    old = write_archive(iter_batches([src], opts), out)
+    for f in out.glob("day=*/node=*/*.parquet"):
+        pl.read_parquet(f).drop("level").write_parquet(f)
+    w = ArchiveWriter(out)
+    w.write(read_paths([src], opts).events.with_columns(level=pl.lit("error")))
+    w.close()
+    got = read_paths([out]).events
+    assert got.height == 2 * old["events"]
+    assert got["level"].null_count() == old["events"] and got["level"].drop_nulls().unique().to_list() == ["error"]
