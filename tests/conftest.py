@@ -2,10 +2,16 @@
 
 from __future__ import annotations
 
+import os
+import tempfile
+
 import pytest
 
 from recovery_logs.cli import main
 from recovery_logs.testing import FakeClock, RecordingRunner, make_incident
+
+# compiled rule packs are cached per user (detectors/rulepack.py); tests use a private cache directory
+os.environ.setdefault("RECOVERY_LOGS_CACHE_DIR", tempfile.mkdtemp(prefix="recovery-logs-test-cache-"))
 
 
 @pytest.fixture

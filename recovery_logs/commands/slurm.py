@@ -8,10 +8,8 @@ from typing import Annotated
 
 import typer
 
-from recovery_logs.analysis.resume import resume_records
 from recovery_logs.commands.audit import STATE_DIR_HELP, _state_dir
 from recovery_logs.errors import SlurmError
-from recovery_logs.sources.accounting import sacct_jobs
 from recovery_logs.textsafe import clean, json_dumps
 
 
@@ -90,6 +88,9 @@ def register(app: typer.Typer) -> None:
                 runs.setdefault(r.job_id, []).append(r)
         out = ledger(incs, runs, acts, time.time_ns())
         log = AuditLog(path)
+        from recovery_logs.analysis.resume import resume_records  # commands/ import on use (start-up)
+        from recovery_logs.sources.accounting import sacct_jobs
+
         jobs = sorted(set(jobs) | {j for r in log.records("detection") for j in r.payload.get("jobs") or ()
                                    if str(j).replace("_", "").isdigit()})
         try:

@@ -18,9 +18,12 @@ not compile) raises ``RulePackError`` naming the file and the rule.
 
 from __future__ import annotations
 
+import hashlib
+import json
+import os
 import re
 import tomllib
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -143,6 +146,15 @@ def default_rules_dir() -> Path:
 
 
 # --------------------------------------------------------------------------- loading
+
+def _toml_bytes(path: Path, blob: bytes) -> dict[str, Any]:
+    try:
+        return tomllib.loads(blob.decode("utf-8"))
+    except UnicodeDecodeError as exc:
+        raise RulePackError("rule file is not valid TOML", file=str(path), reason=str(exc)) from exc
+    except tomllib.TOMLDecodeError as exc:
+        raise RulePackError("rule file is not valid TOML", file=str(path), reason=str(exc)) from exc
+
 
 def _read_toml(path: Path) -> dict[str, Any]:
     try:
@@ -277,14 +289,30 @@ def load_packs(rules_dir: Path | None = None) -> RulePack:
     files = sorted(d.glob("*.toml"))
     if not files:
         raise RulePackError("no rule packs (*.toml) in rules directory", path=str(d))
+    blobs = []
+    for path in files:
+        try:
+            blobs.append(path.read_bytes())
+        except OSError as exc:
+            raise RulePackError("cannot read rule file", file=str(path), reason=str(exc)) from exc
+    key = _cache_key(files, blobs)
+    cached = _cache_read(key, files)
+    if cached is not None:
+        return cached
+    pack = _load_files(files, blobs)
+    _cache_write(key, pack)
+    return pack
+
+
+def _load_files(files: list[Path], blobs: list[bytes]) -> RulePack:
     rules: list[Rule] = []
     catalog: dict[int, XidEntry] = {}
     decode: tuple = ()
     actions: dict[int, str] = {}
     fatal_actions: dict[int, str] = {}
     seen: dict[str, str] = {}
-    for path in files:
-        data = _read_toml(path)
+    for path, blob in zip(files, blobs, strict=True):
+        data = _toml_bytes(path, blob)
         file = str(path)
         _check_top_level(data, file)
         if "xid" in data or "catalog" in data:
@@ -315,7 +343,84 @@ def load_packs(rules_dir: Path | None = None) -> RulePack:
                     xid_fatal_actions=fatal_actions)
 
 
+# --------------------------------------------------------------------------- compiled-pack cache
+# Loading validates every pattern by compiling it (~0.3 s for the shipped packs) and parses 17 TOML
+# files; a replay of a small directory would spend most of its start-up there. The validated pack is
+# kept as JSON (data only, never code) under the user's cache directory, keyed by the sha256 of the
+# pack files' names and bytes, this module's own source and the Polars version (the regex engine
+# that validated the patterns): any change to a pack, the loader or Polars is a different key.
+# RECOVERY_LOGS_CACHE_DIR names the directory ("off" disables the cache); default
+# $XDG_CACHE_HOME/recovery-logs or ~/.cache/recovery-logs. A cache that cannot be read or written
+# is ignored (loading is then as before).
+CACHE_FORMAT = 1
+
+
+def cache_dir() -> Path | None:
+    """Where compiled packs are cached, or None when caching is off."""
+    env = os.environ.get("RECOVERY_LOGS_CACHE_DIR")
+    if env is not None:
+        return None if env.strip().lower() in ("", "off", "0", "none") else Path(env)
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "recovery-logs"
+
+
+def _cache_key(files: list[Path], blobs: list[bytes]) -> str:
+    h = hashlib.sha256(f"rulepack-cache {CACHE_FORMAT} polars {pl.__version__}\n".encode())
+    try:
+        h.update(Path(__file__).read_bytes())
+    except OSError:
+        h.update(b"?")
+    for path, blob in zip(files, blobs, strict=True):
+        h.update(f"{path.name}\0{len(blob)}\0".encode())
+        h.update(blob)
+    return h.hexdigest()
+
+
+def _cache_path(key: str) -> Path | None:
+    d = cache_dir()
+    return None if d is None else d / "rulepacks" / f"{key}.json"
+
+
+def _cache_read(key: str, files: list[Path]) -> RulePack | None:
+    path = _cache_path(key)
+    if path is None:
+        return None
+    try:
+        data = json.loads(path.read_bytes())
+        if data.get("key") != key:
+            return None
+        rules = tuple(Rule(**{**r, "patterns": tuple(r["patterns"]), "literals": tuple(r["literals"]),
+                              "must_match": tuple(r["must_match"]), "must_not_match": tuple(r["must_not_match"])})
+                      for r in data["rules"])
+        catalog = {int(e["code"]): XidEntry(**e) for e in data["xid_catalog"]}
+        return RulePack(rules=rules, xid_catalog=catalog, sources=tuple(str(p) for p in files),
+                        nvlink5_decode=tuple((int(a), str(b), int(c), bool(d)) for a, b, c, d in data["nvlink5_decode"]),
+                        xid154_actions={int(k): v for k, v in data["xid154_actions"].items()},
+                        xid_fatal_actions={int(k): v for k, v in data["xid_fatal_actions"].items()})
+    except (OSError, ValueError, TypeError, KeyError, AttributeError):
+        return None     # no cache (or a damaged one): load and validate as usual
+
+
+def _cache_write(key: str, pack: RulePack) -> None:
+    path = _cache_path(key)
+    if path is None:
+        return
+    data = {"key": key, "rules": [asdict(r) for r in pack.rules],
+            "xid_catalog": [asdict(e) for e in pack.xid_catalog.values()],
+            "nvlink5_decode": [list(x) for x in pack.nvlink5_decode],
+            "xid154_actions": {str(k): v for k, v in pack.xid154_actions.items()},
+            "xid_fatal_actions": {str(k): v for k, v in pack.xid_fatal_actions.items()}}
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+        tmp.write_text(json.dumps(data, sort_keys=True), encoding="utf-8")
+        os.replace(tmp, path)
+    except (OSError, TypeError, ValueError):
+        pass            # a read-only or full cache directory only costs the next start-up
+
+
 # --------------------------------------------------------------------------- self-test
 
 
-__all__ = ["CATALOG_FILE", "STEP_PART_PREFIX", "Rule", "RulePack", "XidEntry", "default_rules_dir", "load_packs"]
+__all__ = ["CATALOG_FILE", "STEP_PART_PREFIX", "Rule", "RulePack", "XidEntry", "cache_dir", "default_rules_dir",
+           "load_packs"]

@@ -8,7 +8,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import polars as pl
-import pyarrow.parquet as pq
 
 from recovery_logs.errors import ConfigError
 from recovery_logs.pipeline.line_findings import write_line_findings
@@ -17,6 +16,8 @@ from recovery_logs.report.terminal import markdown_report
 from recovery_logs.textsafe import json_dumps
 
 if TYPE_CHECKING:
+    import pyarrow.parquet as pq
+
     from recovery_logs.pipeline.replay import ReplayResult
 
 __all__ = ["prepare_out_dir", "write_events", "write_outputs"]
@@ -34,6 +35,8 @@ def prepare_out_dir(out_dir: Path) -> None:
 
 
 def write_events(out_dir: Path, events: pl.DataFrame, writer: pq.ParquetWriter | None) -> pq.ParquetWriter:
+    import pyarrow.parquet as pq  # heavy (~0.05-0.2 s to import): only when events.parquet is written
+
     table = events.to_arrow()
     if writer is None:
         writer = pq.ParquetWriter(str(out_dir / "events.parquet"), table.schema, compression="zstd")
