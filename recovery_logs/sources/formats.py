@@ -34,10 +34,12 @@ and glog have no year, ``year`` supplies it.
 
 from __future__ import annotations
 
+import functools
 import io
 import json
 import re
 import zlib
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import PurePath
 
@@ -99,6 +101,37 @@ class ParseContext:
     # columns ``_year`` (String), ``_roll`` (Int64), ``_fkind`` (String), ``_boot`` (Int64) and
     # ``_binf`` (Boolean) of the lines frame instead; ``_fid`` (the file's index) is kept
     columns: bool = False
+    # False: the line's own host is never used (the caller names the host, or the path does for job
+    # output, where the path wins); job lines then skip extracting it. In ``columns`` mode a
+    # ``_phost`` column (the path's host per row) is honoured the same way.
+    line_host: bool = True
+
+
+def _on_rows(df: pl.DataFrame, mask: pl.Series,
+             exprs: dict[str, pl.Expr] | Callable[[pl.DataFrame], pl.DataFrame]) -> pl.DataFrame:
+    """``df`` plus new columns evaluated only on the rows where ``mask`` is true, null elsewhere:
+    ``exprs`` (name -> expression) or a function from the admitted rows to a frame of the new
+    columns. "Parse fully only what can matter": a capturing regex, a strptime or a host
+    normalisation runs on the few lines a cheap test admits (a line without a glog header never
+    needs the glog time parsed). Exact when every new column is null outside ``mask`` anyway."""
+    build = exprs if callable(exprs) else (lambda d: d.select(**exprs))
+    n = df.height
+    k = int(mask.sum())
+    if k == n:
+        return df.with_columns(build(df))
+    sub = build(df.filter(mask) if k else df.head(0))
+    idx = mask.arg_true() if k else None
+    cols = []
+    for name in sub.columns:
+        full = pl.Series(name, [], dtype=sub.schema[name]).extend_constant(None, n)
+        if idx is not None:
+            full = full.scatter(idx, sub[name])
+        cols.append(full)
+    return df.with_columns(cols)
+
+
+def _mask(df: pl.DataFrame, expr: pl.Expr) -> pl.Series:
+    return df.select(expr.fill_null(False)).to_series()
 
 
 def _year(ctx: ParseContext) -> pl.Expr:
@@ -172,29 +205,24 @@ def _base_cols(df: pl.DataFrame) -> pl.DataFrame:
 def parse_syslog(lines: pl.DataFrame, ctx: ParseContext) -> pl.DataFrame:
     """RFC5424, RFC3164 and rsyslog ISO lines (mixed in one file is fine)."""
     t = pl.col("text")
-    # group 1 of each wrapped regex is the whole header, so the message needs no second regex pass
-    df = lines.with_columns(a=t.str.extract_groups("^(" + RE_5424[1:] + ")"),
-                            b=t.str.extract_groups("^(" + RE_3164[1:] + ")"),
-                            c=t.str.extract_groups("^(" + RE_ISOSYSLOG[1:] + ")"))
-    af, bf, cf = (lambda i: pl.col("a").struct.field(str(i + 1)), lambda i: pl.col("b").struct.field(str(i + 1)),
-                  lambda i: pl.col("c").struct.field(str(i + 1)))
-    is_a, is_b, is_c = af(2).is_not_null(), bf(1).is_not_null(), cf(1).is_not_null()
-    # RFC3164 time: year from ctx
-    b_str = pl.concat_str([_year(ctx), bf(1), bf(2).str.zfill(2), bf(3)], separator=" ")
-    b_dt = b_str.str.strptime(pl.Datetime("us"), "%Y %b %d %H:%M:%S", strict=False)
-    b_ns = _yearless(b_dt, ctx) + _frac_ns(bf(4))
-    a_ns = rfc3339_ns(af(2))
-    c_ns = rfc3339_ns(cf(1))
-    host = pl.when(is_a).then(af(3)).when(is_b).then(bf(5)).when(is_c).then(cf(2))
-    prog = pl.when(is_a).then(af(4)).when(is_b).then(bf(6)).when(is_c).then(cf(3))
-    header = pl.coalesce(af(0), bf(0), cf(0))
+    # Each header regex runs only on the lines whose first bytes can start it (a capture-free test);
+    # group 1 of each wrapped regex is the whole header, so the message needs no second regex pass.
+    df = lines
+    for key, regex, test in (("a", RE_5424, r"^<\d{1,3}>1 "), ("b", RE_3164, r"^(?:<\d{1,3}>)?[A-Z][a-z]{2} "),
+                             ("c", RE_ISOSYSLOG, r"^\d{4}-\d{2}-\d{2}T")):
+        df = _on_rows(df, _mask(df, t.str.contains(test)), functools.partial(_syslog_header, key, regex, ctx))
+    df = df.with_columns(pl.col("_is_a", "_is_b", "_is_c").fill_null(False))
+    is_a, is_b, is_c = pl.col("_is_a"), pl.col("_is_b"), pl.col("_is_c")
+    host = pl.when(is_a).then(pl.col("_h_a")).when(is_b).then(pl.col("_h_b")).when(is_c).then(pl.col("_h_c"))
+    prog = pl.when(is_a).then(pl.col("_p_a")).when(is_b).then(pl.col("_p_b")).when(is_c).then(pl.col("_p_c"))
+    header = pl.coalesce("_hdr_a", "_hdr_b", "_hdr_c")
     raw_msg = t.str.strip_prefix(header)
     df = df.with_columns(
         header=is_a | is_b | is_c,
         has_ts=pl.lit(True),
-        ts=pl.when(is_a).then(a_ns).when(is_b).then(b_ns).when(is_c).then(c_ns),
+        ts=pl.when(is_a).then(pl.col("_ts_a")).when(is_b).then(pl.col("_ts_b")).when(is_c).then(pl.col("_ts_c")),
         host=short_host(host),
-        job_id=af(7).str.extract(RE_SD_JOB, 1),
+        job_id=pl.col("_sd").str.extract(RE_SD_JOB, 1),
         prog=prog,
         message=pl.when(is_a | is_b | is_c).then(raw_msg.str.replace(RE_UPTIME_PREFIX, "")).otherwise(t),
         level=pl.when(is_a | is_b).then(pri_level_expr(t)),     # the PRI, where the line carries one
@@ -205,6 +233,25 @@ def parse_syslog(lines: pl.DataFrame, ctx: ParseContext) -> pl.DataFrame:
         nvrm=pl.col("message").str.starts_with("NVRM: "),
         body=pl.col("message"))
     return _base_cols(df)
+
+
+def _syslog_header(key: str, regex: str, ctx: ParseContext, lines: pl.DataFrame) -> pl.DataFrame:
+    """One syslog header variant's columns (``_is_<key>``, ``_hdr_<key>``, ``_ts_<key>``, host, program)."""
+    g = lines.select(pl.col("text").str.extract_groups("^(" + regex[1:] + ")").alias("_g"), *(
+        [pl.col("_year"), pl.col("_roll")] if ctx.columns and key == "b" else []))
+
+    def f(i: int) -> pl.Expr:
+        return pl.col("_g").struct.field(str(i + 1))
+
+    if key == "a":
+        return g.select(_is_a=f(2).is_not_null(), _hdr_a=f(0), _ts_a=rfc3339_ns(f(2)), _h_a=f(3), _p_a=f(4),
+                        _sd=f(7))
+    if key == "b":
+        b_str = pl.concat_str([_year(ctx), f(1), f(2).str.zfill(2), f(3)], separator=" ")
+        b_dt = b_str.str.strptime(pl.Datetime("us"), "%Y %b %d %H:%M:%S", strict=False)
+        return g.select(_is_b=f(1).is_not_null(), _hdr_b=f(0), _ts_b=_yearless(b_dt, ctx) + _frac_ns(f(4)),
+                        _h_b=f(5), _p_b=f(6))
+    return g.select(_is_c=f(1).is_not_null(), _hdr_c=f(0), _ts_c=rfc3339_ns(f(1)), _h_c=f(2), _p_c=f(3))
 
 
 # --- dmesg -------------------------------------------------------------------------------------
@@ -238,38 +285,54 @@ def parse_dmesg(lines: pl.DataFrame, ctx: ParseContext) -> pl.DataFrame:
 def parse_job(lines: pl.DataFrame, ctx: ParseContext) -> pl.DataFrame:
     """Job stdout/stderr: optional rank prefix, then glog / Python-logging / ISO time or none."""
     t = pl.col("text")
-    df = lines.with_columns(_rk=t.str.extract_groups(RE_RANK))
-    rk = pl.col("_rk")
-    rank = pl.coalesce(rk.struct.field("1"), rk.struct.field("2")).cast(pl.Int32, strict=False)
-    body = pl.when(rk.struct.field("1").is_not_null() | rk.struct.field("2").is_not_null()).then(
-        t.str.replace(RE_RANK, "")).otherwise(t)
-    df = df.with_columns(rank=rank, body=body)
+    # the rank prefix, the glog and ISO times and the NCCL host are extracted only on the lines a
+    # capture-free test admits (most job lines have no time, many no rank prefix)
+    rk = t.str.extract_groups(RE_RANK)
+    df = _on_rows(lines, _mask(lines, t.str.contains(RE_RANK)), {
+        "rank": pl.coalesce(rk.struct.field("1"), rk.struct.field("2")).cast(pl.Int32, strict=False),
+        "_body": t.str.replace(RE_RANK, "")})
+    df = df.with_columns(body=pl.coalesce("_body", "text")).drop("_body")
     b = pl.col("body")
-    df = df.with_columns(_g=b.str.extract_groups(RE_GLOG), _iso=b.str.extract_groups(RE_ISO_LEAD),
-                         _nccl=b.str.extract(RE_NCCL_HOST, 1))
-    gf = lambda i: pl.col("_g").struct.field(str(i))  # noqa: E731
-    g_str = pl.concat_str([_year(ctx), gf(2), gf(3), gf(4)], separator=" ")
-    g_ns = _yearless(g_str.str.strptime(pl.Datetime("us"), "%Y %m %d %H:%M:%S", strict=False), ctx) + _frac_ns(gf(5))
-    i_time, i_zone = pl.col("_iso").struct.field("1"), pl.col("_iso").struct.field("2")
-    i_ns_utc = rfc3339_ns(pl.concat_str([i_time, i_zone.fill_null("")]))
-    if ctx.tz.upper() == "UTC":
-        i_ns = i_ns_utc
+    df = df.with_columns(_is_g=b.str.contains(RE_GLOG).fill_null(False),
+                         _is_i=b.str.contains(RE_ISO_LEAD).fill_null(False))
+    df = _on_rows(df, df["_is_g"], {"_g_ns": _glog_ns(b, ctx)})
+    df = _on_rows(df, df["_is_i"], {"_i_ns": _iso_ns(b, ctx)})
+    need_host = b.str.contains("] NCCL ", literal=True)
+    if ctx.columns and "_phost" in df.columns:
+        need_host = need_host & pl.col("_phost").is_null()
+    if ctx.line_host:
+        df = _on_rows(df, _mask(df, need_host), {"host": short_host(b.str.extract(RE_NCCL_HOST, 1))})
     else:
-        i_dt = i_time.str.replace(",", ".").str.replace("T", " ").str.strptime(
-            pl.Datetime("ns"), "%Y-%m-%d %H:%M:%S%.f", strict=False)
-        i_ns = pl.when(i_zone.is_not_null()).then(i_ns_utc).otherwise(naive_to_utc_ns(i_dt, ctx.tz))
-    is_g, is_i = gf(1).is_not_null(), i_time.is_not_null()
+        df = df.with_columns(host=pl.lit(None, pl.String))
+    is_g, is_i = pl.col("_is_g"), pl.col("_is_i")
     file_kind = _file_kind(ctx, SourceKind.JOB.value)
     df = df.with_columns(
         has_ts=is_g | is_i,
-        ts=pl.when(is_g).then(g_ns).when(is_i).then(i_ns),
-        host=short_host(pl.col("_nccl")),
+        ts=pl.when(is_g).then(pl.col("_g_ns")).when(is_i).then(pl.col("_i_ns")),
         message=b,
         header=is_g | is_i,
         source=file_kind,
         nvrm=pl.lit(False),
     )
     return _base_cols(df)
+
+
+def _glog_ns(b: pl.Expr, ctx: ParseContext) -> pl.Expr:
+    g = b.str.extract_groups(RE_GLOG)
+    gf = lambda i: g.struct.field(str(i))  # noqa: E731
+    g_str = pl.concat_str([_year(ctx), gf(2), gf(3), gf(4)], separator=" ")
+    return _yearless(g_str.str.strptime(pl.Datetime("us"), "%Y %m %d %H:%M:%S", strict=False), ctx) + _frac_ns(gf(5))
+
+
+def _iso_ns(b: pl.Expr, ctx: ParseContext) -> pl.Expr:
+    iso = b.str.extract_groups(RE_ISO_LEAD)
+    i_time, i_zone = iso.struct.field("1"), iso.struct.field("2")
+    i_ns_utc = rfc3339_ns(pl.concat_str([i_time, i_zone.fill_null("")]))
+    if ctx.tz.upper() == "UTC":
+        return i_ns_utc
+    i_dt = i_time.str.replace(",", ".").str.replace("T", " ").str.strptime(
+        pl.Datetime("ns"), "%Y-%m-%d %H:%M:%S%.f", strict=False)
+    return pl.when(i_zone.is_not_null()).then(i_ns_utc).otherwise(naive_to_utc_ns(i_dt, ctx.tz))
 
 
 # --- JSON lines: VictoriaLogs and journald -----------------------------------------------------

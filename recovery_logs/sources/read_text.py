@@ -381,12 +381,57 @@ def group_records(p: pl.DataFrame, fmt: str) -> pl.DataFrame:
     """
     body = pl.col("body")
     blank = body.str.strip_chars() == ""
+    ind = body.str.contains(r"^\s") & ~blank & ~pl.col("header").fill_null(False)
+    if fmt == "job":     # a continuation needs a traceback head, a chained-exception line or an indent
+        may = ind | body.str.starts_with("Traceback") | body.str.contains(_C)
+    else:                # ... an indent or an NVRM line that can continue the one before it
+        may = ind | (pl.col("nvrm") & pl.col("message").str.contains(r"^NVRM: [a-z(]"))
+    many = "_fid" in p.columns
+    flags = p.select(may.fill_null(False).alias("may"), *([pl.col("_fid")] if many else []))
+    if not flags["may"].any():
+        return _group_simple(p, fmt)
+    if many:
+        busy = flags.filter(pl.col("may"))["_fid"].unique()
+        if busy.len() < flags["_fid"].n_unique():   # only the files that can hold a continuation in full
+            p = p.with_row_index("_ri")
+            in_busy = pl.col("_fid").is_in(busy.implode())
+            both = pl.concat([_group_full(p.filter(in_busy).drop("_ri"), fmt).with_columns(
+                p.filter(in_busy)["_ri"]), _group_simple(p.filter(~in_busy).drop("_ri"), fmt).with_columns(
+                p.filter(~in_busy)["_ri"])])
+            return both.sort("_ri").drop("_ri")
+    return _group_full(p, fmt)
+
+
+def _stream_key(p: pl.DataFrame, fmt: str) -> pl.Expr:
     many = "_fid" in p.columns     # several files in one frame (read_many): streams never cross files
     host_ff = pl.col("host").forward_fill().over("_fid") if many else pl.col("host").forward_fill()
     key = pl.concat_str([host_ff.fill_null(""), pl.col("rank").cast(pl.String).fill_null("")],
                         separator="|") if fmt != "job" else pl.col("rank").cast(pl.String).fill_null("")
     if many:
         key = pl.concat_str([pl.col("_fid").cast(pl.String), key], separator="#")
+    return key
+
+
+def _group_select(p: pl.DataFrame, start: pl.Expr) -> pl.DataFrame:
+    return p.select(
+        "lineno", "text", "ts", "ts_inferred", "has_ts", "host", "job_id", "source", "rank", "stream_id", "message",
+        "level", "cont", "drop", "key", *(["bad_utf8"] if "bad_utf8" in p.columns else []),
+        *(["mismatch"] if "mismatch" in p.columns else []), *(["_fid"] if "_fid" in p.columns else []),
+        gfirst=pl.coalesce(pl.when(start).then(pl.col("lineno")).forward_fill().over("key"), pl.col("lineno")))
+
+
+def _group_simple(p: pl.DataFrame, fmt: str) -> pl.DataFrame:
+    """``group_records`` of lines none of which can continue another (no indent, no traceback, no
+    NVRM continuation): every non-blank line is a record; the same result as the full rules give."""
+    blank = pl.col("body").str.strip_chars() == ""
+    p = p.with_columns(key=_stream_key(p, fmt), cont=pl.lit(False), drop=blank)
+    return _group_select(p, ~pl.col("drop"))
+
+
+def _group_full(p: pl.DataFrame, fmt: str) -> pl.DataFrame:
+    body = pl.col("body")
+    blank = body.str.strip_chars() == ""
+    key = _stream_key(p, fmt)
     p = p.with_columns(
         key=key,
         blank=blank,
@@ -430,12 +475,7 @@ def group_records(p: pl.DataFrame, fmt: str) -> pl.DataFrame:
         cont = nv | ind_cont
     p = p.with_columns(cont=cont.fill_null(False))
     p = p.with_columns(drop=pl.col("blank") & ~pl.col("cont"))
-    start = ~pl.col("cont") & ~pl.col("drop")
-    return p.select(
-        "lineno", "text", "ts", "ts_inferred", "has_ts", "host", "job_id", "source", "rank", "stream_id", "message",
-        "level", "cont", "drop", "key", *(["bad_utf8"] if "bad_utf8" in p.columns else []),
-        *(["mismatch"] if "mismatch" in p.columns else []), *(["_fid"] if many else []),
-        gfirst=pl.coalesce(pl.when(start).then(pl.col("lineno")).forward_fill().over("key"), pl.col("lineno")))
+    return _group_select(p, ~pl.col("cont") & ~pl.col("drop"))
 
 
 def _decode(b: bytes) -> tuple[str, list[tuple[int, str]]]:
