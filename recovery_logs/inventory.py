@@ -80,8 +80,8 @@ def parse_inventory_message(message: str) -> dict[str, Any] | None:
 
 def inventory_records(events: pl.DataFrame) -> list[GpuRecord]:
     """NVML inventory events in a batch (cheap: a literal prefilter first)."""
-    cand = events.filter(pl.col("message").str.starts_with("NVML gpu=")
-                         & pl.col("message").str.contains(" inventory", literal=True))
+    cand = events.filter(pl.col("message").str.starts_with("NVML gpu="))
+    cand = cand.filter(pl.col("message").str.contains(" inventory", literal=True)) if cand.height else cand
     out = []
     for host, t, msg in cand.select("host", pl.col("time").dt.epoch("ns"), "message").iter_rows():
         d = parse_inventory_message(msg)
@@ -96,8 +96,8 @@ def inventory_records(events: pl.DataFrame) -> list[GpuRecord]:
 
 def nccl_gpu_records(events: pl.DataFrame) -> list[GpuRecord]:
     """(host, bus id) -> NVML index and job from NCCL init lines."""
-    cand = events.filter(pl.col("message").str.contains("busId", literal=True)
-                         & pl.col("message").str.contains("NCCL INFO", literal=True))
+    cand = events.filter(pl.col("message").str.contains("busId", literal=True))
+    cand = cand.filter(pl.col("message").str.contains("NCCL INFO", literal=True)) if cand.height else cand
     if cand.height == 0:
         return []
     got = (cand.with_columns(pl.col("message").str.extract_groups(_NCCL_BUS_RE).alias("_m"))

@@ -22,6 +22,8 @@ No per-line Python loop. The steps, all Polars expressions over the whole batch:
 
 from __future__ import annotations
 
+import functools
+
 import polars as pl
 
 from recovery_logs.detectors.rulepack import STEP_PART_PREFIX, Rule, RulePack
@@ -37,6 +39,15 @@ NVLINK5_XIDS = range(144, 151)
 def _units(pack: RulePack) -> list[tuple[Rule, int]]:
     """(rule, pattern index) in winning order."""
     return [(r, i) for r in pack.rules for i in range(len(r.patterns))]
+
+
+@functools.lru_cache(maxsize=8)
+def _gate(rules: tuple[Rule, ...], prune_benign: bool) -> list[str]:
+    """The literals a message must contain for any (non-benign) rule to win it, without those that
+    contain another one ("Xid" already admits every line "NVRM: Xid" does): the same lines, a
+    smaller automaton."""
+    lits = list(dict.fromkeys(lit for r in rules if not (prune_benign and r.suppress) for lit in r.literals))
+    return [x for x in lits if not any(y != x and y in x for y in lits)]
 
 
 def winners(events: pl.DataFrame, pack: RulePack, prune_benign: bool = True) -> pl.DataFrame:
@@ -66,8 +77,8 @@ def winners(events: pl.DataFrame, pack: RulePack, prune_benign: bool = True) -> 
         lit_tab = pl.DataFrame({"_lit": [a for a, _ in lit_rows], "_u": [b for _, b in lit_rows]},
                                schema={"_lit": pl.String, "_u": pl.UInt32})
         all_lits = lit_tab["_lit"].unique(maintain_order=True).to_list()
-        gate = [lit for r, _ in units if not (prune_benign and r.suppress) for lit in r.literals]
-        cand_rows = base.filter(pl.col("message").str.contains_any(list(dict.fromkeys(gate)))) if gate else base.clear()
+        gate = _gate(pack.rules, prune_benign)
+        cand_rows = base.filter(pl.col("message").str.contains_any(gate)) if gate else base.clear()
         hits = (cand_rows.with_columns(pl.col("message").str.extract_many(all_lits, overlapping=True).alias("_lit"))
                 .filter(pl.col("_lit").list.len() > 0)
                 .with_columns(pl.col("_lit").list.unique())

@@ -9,11 +9,15 @@ from __future__ import annotations
 
 import polars as pl
 
-__all__ = ["fill_gpu", "nccl_addresses", "subject_host"]
+__all__ = ["ADDRESS_LITERALS", "fill_gpu", "nccl_addresses", "subject_host"]
 
 
 _ADDR_RE = (r"(?:^|\s)(?:(?P<h>[A-Za-z0-9_.-]+):\d+:\d+ \[\d+\] )?NCCL INFO "
             r"(?:Bootstrap : Using|NET/Socket : Using|NET/IB : Using .*?OOB) \[?\S*?:(?P<ip>\d+\.\d+\.\d+\.\d+)<")
+
+
+# every line _ADDR_RE matches contains one of these (a cheap prefilter before the regex)
+ADDRESS_LITERALS = ("NCCL INFO Bootstrap : Using", "NCCL INFO NET/Socket : Using", "NCCL INFO NET/IB : Using ")
 
 
 _NCCL_GPU_RE = r"^[A-Za-z0-9_.-]+:\d+:\d+ \[(\d+)\] NCCL "
@@ -46,7 +50,7 @@ def subject_host(found: pl.DataFrame) -> pl.DataFrame:
 
 def nccl_addresses(events: pl.DataFrame) -> list[tuple[str, str, int]]:
     """``(host, ip, time ns)`` of every NCCL bootstrap/transport line that names its address."""
-    cand = events.filter(pl.col("message").str.contains("NCCL INFO", literal=True))
+    cand = events.filter(pl.col("message").str.contains_any(list(ADDRESS_LITERALS)))
     if cand.height == 0:
         return []
     got = (cand.with_columns(pl.col("message").str.extract_groups(_ADDR_RE).alias("_m"))

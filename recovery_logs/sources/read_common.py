@@ -120,24 +120,28 @@ class Deduper:
         key = [pl.col("host"), pl.col("ts"), pl.col("message")]
         if "raw_first" in df.columns:
             key.append(pl.col("raw_first"))
-        h = df.select(pl.struct(key).hash(seed=7).alias("h"))["h"]
-        own = df["own_time"]
-        cand = pl.DataFrame({"h": h, "own": own, "ts": df["ts"]})
+        # only records with their own time can be duplicates: hash those alone
+        own = df["own_time"].fill_null(False)
+        n_own = int(own.sum())
+        out = pl.Series("dup", [], dtype=pl.Boolean).extend_constant(False, df.height)
+        if n_own == 0:
+            return out
+        sub = df.filter(own) if n_own < df.height else df
+        cand = sub.select(pl.struct(key).hash(seed=7).alias("h"), pl.col("ts"))
         # a duplicate has the same timestamp (it is part of the key): only compare within this
         # batch's time range, not against everything seen in the window
-        lo, hi = cand.filter(pl.col("own")).select(pl.col("ts").min().alias("lo"), pl.col("ts").max().alias("hi")).row(0)
+        lo, hi = cand.select(pl.col("ts").min().alias("lo"), pl.col("ts").max().alias("hi")).row(0)
         seen = self._seen if lo is None else self._seen.filter(pl.col("ts").is_between(lo, hi))
-        first = cand.select(
-            (pl.col("own") & (pl.col("h").is_in(seen["h"].implode())
-                              | ~pl.col("h").is_first_distinct().over("own"))).alias("dup"))["dup"]
-        new = cand.filter(pl.col("own") & ~first).select("h", "ts")
+        first = cand.select((pl.col("h").is_in(seen["h"].implode()) | ~pl.col("h").is_first_distinct())
+                            .fill_null(False).alias("dup"))["dup"]
+        new = cand.filter(~first).select("h", "ts")
         if new.height:
             self._seen = pl.concat([self._seen, new])
             mx = new["ts"].max()
             self._max_ts = mx if self._max_ts is None else max(self._max_ts, mx)  # type: ignore[type-var,assignment]  # polars literal
             if self._seen.height > 4 * max(new.height, 1024):
                 self._seen = self._seen.filter(pl.col("ts") >= self._max_ts - self.window_ns)  # type: ignore[operator]  # set above
-        return first.fill_null(False)
+        return first if n_own == df.height else out.scatter(own.arg_true(), first)
 
 
 class Finisher:
