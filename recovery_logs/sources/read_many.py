@@ -217,8 +217,10 @@ def parse_many(files: Sequence[WholeFile], opts: ReadOptions, seq_start: int,
         sub = lines if len(fids) == len(files) else lines.filter(pl.col("_fid").is_in(fids))
         if sub.height == 0:
             continue
-        sub = sub.join(table.select("_fid", "_year", "_roll", "_fkind", "_boot", "_binf"), on="_fid", how="left", maintain_order="left")
-        ctx = ParseContext(file="", year=0, tz=opts.tz, host_fields=opts.host_fields, columns=True)
+        sub = sub.join(table.select("_fid", "_year", "_roll", "_fkind", "_boot", "_binf", "_phost"), on="_fid", how="left",
+                       maintain_order="left")
+        ctx = ParseContext(file="", year=0, tz=opts.tz, host_fields=opts.host_fields, columns=True,
+                           line_host=opts.host is None)
         parsed = parse_lines(sub, fmt, ctx)
         parsed = parsed.join(table.select("_fid", "_path", "_phost", "_pjob", "_mtime"), on="_fid", how="left", maintain_order="left")
         if fmt == "vl-jsonl":

@@ -96,6 +96,9 @@ class TextParser:
                                 host_fields=opts.host_fields, rollover_after_ns=rollover)
         self.path_host = path_field(file, opts.path_host_regex) if opts.path_host_regex else None
         self.path_job = path_field(file, opts.path_job_regex) if opts.path_job_regex else None
+        # job lines' own host is used only when neither the caller nor the path names one (only
+        # parse_job reads this flag: in the other formats the line's host wins over the path's)
+        self.ctx = dataclasses.replace(self.ctx, line_host=opts.host is None and self.path_host is None)
         self.finisher = Finisher(file, seq_start, dedup if dedup is not None else Deduper(enabled=opts.dedupe))
         self._head = b""            # bytes held until the format is known
         self._pending = b""         # incomplete last line
