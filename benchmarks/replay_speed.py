@@ -222,13 +222,35 @@ def bench_replay_child(paths: list[str], accounting: Path | None = None) -> dict
     return json.loads(p.stdout.strip().splitlines()[-1])
 
 
+def memory_runs(out: Path, sizes: list[int]) -> None:
+    """Peak RSS of a replay (child process) per input size: more nodes, the same file sizes."""
+    print("memory vs input size (replay peak RSS):")
+    for n in sorted(sizes):
+        d = out / f"lines-{n}"
+        if not d.exists():
+            t = time.perf_counter()
+            generate(d, n)
+            print(f"  (generated {n:,} lines in {time.perf_counter() - t:.0f} s)")
+        files = sorted(p for p in d.rglob("*") if p.is_file())
+        r = bench_replay_child([str(d)])
+        print(f"  {count_lines(files):>10,} lines  {sum(f.stat().st_size for f in files) / 1e6:7.0f} MB  "
+              f"{r['peak_rss_mb']:7.0f} MB peak RSS  {r['elapsed_s']:6.1f} s  {r['events']:,} events")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--lines", type=int, default=1_500_000)
     ap.add_argument("--out", type=Path, default=Path("bench-out/replay"))
     ap.add_argument("--no-memory", action="store_true", help="skip the memory-growth runs")
     ap.add_argument("--no-python-re", action="store_true", help="skip the (slow) Python re baseline")
+    ap.add_argument("--memory-lines", type=int, nargs="+", default=None, metavar="N",
+                    help="input sizes (lines) of the memory-vs-size runs (default: 1/3, 2/3 and all of --lines); "
+                         "e.g. --memory-lines 1500000 5000000 10000000")
+    ap.add_argument("--memory-only", action="store_true", help="only the memory-vs-size runs")
     args = ap.parse_args()
+    if args.memory_only:
+        memory_runs(args.out, args.memory_lines or [args.lines])
+        return
     results: dict = {}
     for frac in ((1, 3), (2, 3), (3, 3)) if not args.no_memory else ((3, 3),):
         n = args.lines * frac[0] // frac[1]
@@ -273,7 +295,9 @@ def main() -> None:
           f"name a job, {plain['with_job']} without); peak RSS {joined['peak_rss_mb']:.0f} MB vs {plain['peak_rss_mb']:.0f} MB")
     print(f"  of which Engine.incidents() (the join runs there): {joined['incidents_s']:.3f} s vs "
           f"{plain['incidents_s']:.3f} s without")
-    if not args.no_memory:
+    if args.memory_lines:
+        memory_runs(args.out, args.memory_lines)
+    elif not args.no_memory:
         print("memory vs input size (replay peak RSS):")
         for n in sorted(results):
             r = rep if n == full else bench_replay_child([str(args.out / f"lines-{n}")])

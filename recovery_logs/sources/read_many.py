@@ -166,7 +166,7 @@ def _text_records(whole: pl.DataFrame, fmt: str, opts: ReadOptions, stats: colle
         bad = whole.filter(pl.col("malformed"))
         stats["malformed"] += bad.height
         quar.append(_quarantine_rows(bad, QuarantineReason.MALFORMED.value))
-    g = group_records(parsed, fmt)
+    g = group_records(parsed, fmt, streams=False)
     # time inference, per file: forward fill, then the head fill (the first timed line's time when it is
     # within the first HEAD_HOLD lines, else the file's mtime)
     ts_line = pl.when(pl.col("ts").is_not_null()).then(pl.col("lineno"))

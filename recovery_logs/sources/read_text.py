@@ -366,7 +366,7 @@ class TextParser:
             "stream_id", "rank", "message", "level", *(["mismatch"] if "mismatch" in firsts.columns else []))
 
 
-def group_records(p: pl.DataFrame, fmt: str) -> pl.DataFrame:
+def group_records(p: pl.DataFrame, fmt: str, streams: bool = True) -> pl.DataFrame:
     """Add ``cont`` (joins the previous line of its stream), ``gfirst`` (record id: the line number of
     the record's first line) and ``drop`` (stand-alone blank line) to parsed lines.
 
@@ -381,6 +381,10 @@ def group_records(p: pl.DataFrame, fmt: str) -> pl.DataFrame:
       around them;
     * NVRM messages split over lines (syslog/dmesg): an ``NVRM: `` line whose text starts lower
       case or with ``(``, after an ``NVRM: `` line that does not end a sentence, within 1 s.
+
+    ``streams=False`` (whole files, nothing carried to a next chunk): where no line can continue
+    another, ``key`` is left null and ``gfirst`` is the line number (only a carried chunk needs the
+    stream of a blank line; the records are the same).
     """
     body = pl.col("body")
     blank = body.str.strip_chars() == ""
@@ -392,14 +396,14 @@ def group_records(p: pl.DataFrame, fmt: str) -> pl.DataFrame:
     many = "_fid" in p.columns
     flags = p.select(may.fill_null(False).alias("may"), *([pl.col("_fid")] if many else []))
     if not flags["may"].any():
-        return _group_simple(p, fmt)
+        return _group_simple(p, fmt, streams)
     if many:
         busy = flags.filter(pl.col("may"))["_fid"].unique()
         if busy.len() < flags["_fid"].n_unique():   # only the files that can hold a continuation in full
             p = p.with_row_index("_ri")
             in_busy = pl.col("_fid").is_in(busy.implode())
             both = pl.concat([_group_full(p.filter(in_busy).drop("_ri"), fmt).with_columns(
-                p.filter(in_busy)["_ri"]), _group_simple(p.filter(~in_busy).drop("_ri"), fmt).with_columns(
+                p.filter(in_busy)["_ri"]), _group_simple(p.filter(~in_busy).drop("_ri"), fmt, streams).with_columns(
                 p.filter(~in_busy)["_ri"])])
             return both.sort("_ri").drop("_ri")
     return _group_full(p, fmt)
@@ -415,18 +419,23 @@ def _stream_key(p: pl.DataFrame, fmt: str) -> pl.Expr:
     return key
 
 
-def _group_select(p: pl.DataFrame, start: pl.Expr) -> pl.DataFrame:
+def _group_select(p: pl.DataFrame, start: pl.Expr | None) -> pl.DataFrame:
+    gfirst = pl.col("lineno") if start is None else pl.coalesce(
+        pl.when(start).then(pl.col("lineno")).forward_fill().over("key"), pl.col("lineno"))
     return p.select(
         "lineno", "text", "ts", "ts_inferred", "has_ts", "host", "job_id", "source", "rank", "stream_id", "message",
         "level", "cont", "drop", "key", *(["bad_utf8"] if "bad_utf8" in p.columns else []),
         *(["mismatch"] if "mismatch" in p.columns else []), *(["_fid"] if "_fid" in p.columns else []),
-        gfirst=pl.coalesce(pl.when(start).then(pl.col("lineno")).forward_fill().over("key"), pl.col("lineno")))
+        gfirst=gfirst)
 
 
-def _group_simple(p: pl.DataFrame, fmt: str) -> pl.DataFrame:
+def _group_simple(p: pl.DataFrame, fmt: str, streams: bool = True) -> pl.DataFrame:
     """``group_records`` of lines none of which can continue another (no indent, no traceback, no
     NVRM continuation): every non-blank line is a record; the same result as the full rules give."""
     blank = pl.col("body").str.strip_chars() == ""
+    if not streams:
+        p = p.with_columns(key=pl.lit(None, pl.String), cont=pl.lit(False), drop=blank)
+        return _group_select(p, None)
     p = p.with_columns(key=_stream_key(p, fmt), cont=pl.lit(False), drop=blank)
     return _group_select(p, ~pl.col("drop"))
 
