@@ -295,8 +295,8 @@ def parse_job(lines: pl.DataFrame, ctx: ParseContext) -> pl.DataFrame:
     b = pl.col("body")
     df = df.with_columns(_is_g=b.str.contains(RE_GLOG).fill_null(False),
                          _is_i=b.str.contains(RE_ISO_LEAD).fill_null(False))
-    df = _on_rows(df, df["_is_g"], {"_g_ns": _glog_ns(b, ctx)})
-    df = _on_rows(df, df["_is_i"], {"_i_ns": _iso_ns(b, ctx)})
+    df = _on_rows(df, df["_is_g"], functools.partial(_glog_ns, ctx))
+    df = _on_rows(df, df["_is_i"], functools.partial(_iso_ns, ctx))
     need_host = b.str.contains("] NCCL ", literal=True)
     if ctx.columns and "_phost" in df.columns:
         need_host = need_host & pl.col("_phost").is_null()
@@ -317,22 +317,26 @@ def parse_job(lines: pl.DataFrame, ctx: ParseContext) -> pl.DataFrame:
     return _base_cols(df)
 
 
-def _glog_ns(b: pl.Expr, ctx: ParseContext) -> pl.Expr:
-    g = b.str.extract_groups(RE_GLOG)
-    gf = lambda i: g.struct.field(str(i))  # noqa: E731
+def _glog_ns(ctx: ParseContext, d: pl.DataFrame) -> pl.DataFrame:
+    """``_g_ns``: the glog time of each row of ``d`` (its ``body``), ns UTC."""
+    g = d.select(pl.col("body").str.extract_groups(RE_GLOG).alias("_g"),
+                 *([pl.col("_year"), pl.col("_roll")] if ctx.columns else []))
+    gf = lambda i: pl.col("_g").struct.field(str(i))  # noqa: E731
     g_str = pl.concat_str([_year(ctx), gf(2), gf(3), gf(4)], separator=" ")
-    return _yearless(g_str.str.strptime(pl.Datetime("us"), "%Y %m %d %H:%M:%S", strict=False), ctx) + _frac_ns(gf(5))
+    return g.select(_g_ns=_yearless(g_str.str.strptime(pl.Datetime("us"), "%Y %m %d %H:%M:%S", strict=False), ctx)
+                    + _frac_ns(gf(5)))
 
 
-def _iso_ns(b: pl.Expr, ctx: ParseContext) -> pl.Expr:
-    iso = b.str.extract_groups(RE_ISO_LEAD)
-    i_time, i_zone = iso.struct.field("1"), iso.struct.field("2")
+def _iso_ns(ctx: ParseContext, d: pl.DataFrame) -> pl.DataFrame:
+    """``_i_ns``: the leading ISO time of each row of ``d`` (its ``body``), ns UTC."""
+    g = d.select(pl.col("body").str.extract_groups(RE_ISO_LEAD).alias("_iso"))
+    i_time, i_zone = pl.col("_iso").struct.field("1"), pl.col("_iso").struct.field("2")
     i_ns_utc = rfc3339_ns(pl.concat_str([i_time, i_zone.fill_null("")]))
     if ctx.tz.upper() == "UTC":
-        return i_ns_utc
+        return g.select(_i_ns=i_ns_utc)
     i_dt = i_time.str.replace(",", ".").str.replace("T", " ").str.strptime(
         pl.Datetime("ns"), "%Y-%m-%d %H:%M:%S%.f", strict=False)
-    return pl.when(i_zone.is_not_null()).then(i_ns_utc).otherwise(naive_to_utc_ns(i_dt, ctx.tz))
+    return g.select(_i_ns=pl.when(i_zone.is_not_null()).then(i_ns_utc).otherwise(naive_to_utc_ns(i_dt, ctx.tz)))
 
 
 # --- JSON lines: VictoriaLogs and journald -----------------------------------------------------
