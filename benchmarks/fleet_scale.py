@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import statistics
 import subprocess
 import sys
@@ -73,13 +74,19 @@ def startup(repeat: int = 5) -> None:
     d = str(bundled_incident("xid79_nccl_cascade"))
     for name, argv in (("replay of the bundled demo", [exe, "replay", d, "--year", "2026", "--width", "100"]),
                        ("demo", [exe, "demo", "--width", "100"])):
-        times = []
+        times, cpus = [], []
         for _ in range(repeat):
+            r0 = resource.getrusage(resource.RUSAGE_CHILDREN)
             t = time.perf_counter()
             subprocess.run(argv, capture_output=True, check=True)
             times.append(time.perf_counter() - t)
+            r1 = resource.getrusage(resource.RUSAGE_CHILDREN)
+            cpus.append(r1.ru_utime - r0.ru_utime + r1.ru_stime - r0.ru_stime)
+        # CPU time (user + system) is what the command costs; on a loaded machine wall time also
+        # counts the wait for a core
         print(f"start-up: {name}: best {min(times):.2f} s, median {statistics.median(times):.2f} s "
-              f"({repeat} runs, wall)")
+              f"({repeat} runs, wall); CPU best {min(cpus):.2f} s, median {statistics.median(cpus):.2f} s; "
+              f"load {os.getloadavg()[0]:.1f}")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -32,7 +32,8 @@ import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-LINES_PER_NODE = 93_750   # 1.5 M lines = 16 nodes; smaller inputs have fewer nodes with the same file sizes
+LINES_PER_NODE = 93_750
+RG_CPU: list[float] = []   # CPU seconds (user + system) of each ripgrep run   # 1.5 M lines = 16 nodes; smaller inputs have fewer nodes with the same file sizes
 
 
 def generate(out: Path, total_lines: int, seed: int = 7) -> list[Path]:
@@ -148,10 +149,13 @@ def bench_rg(files: list[Path], patterns: list[str], workdir: Path) -> tuple[flo
         raise SystemExit("ripgrep (rg) is not installed: apt-get install ripgrep")
     pf = workdir / "patterns.txt"
     pf.write_text("\n".join(patterns) + "\n")
+    r0 = resource.getrusage(resource.RUSAGE_CHILDREN)
     t = time.perf_counter()
     p = subprocess.run([rg, "-c", "--no-filename", "-f", str(pf), *map(str, files)], capture_output=True, text=True,
                        check=False)
     el = time.perf_counter() - t
+    r1 = resource.getrusage(resource.RUSAGE_CHILDREN)
+    RG_CPU.append(r1.ru_utime - r0.ru_utime + r1.ru_stime - r0.ru_stime)
     if p.returncode not in (0, 1):
         raise SystemExit(f"rg failed: {p.stderr[:500]}")
     return el, sum(int(x) for x in p.stdout.split())
@@ -209,7 +213,8 @@ def bench_replay_child(paths: list[str], accounting: Path | None = None) -> dict
         "from recovery_logs.pipeline.replay import ReplayOptions, replay\n"
         "acc=os.environ.get('RL_BENCH_ACCOUNTING') or None\n"
         "t=time.perf_counter(); r=replay(sys.argv[1:], ReplayOptions(accounting=acc)); el=time.perf_counter()-t\n"
-        "print(json.dumps({'elapsed_s':el,'peak_rss_mb':resource.getrusage(resource.RUSAGE_SELF).ru_maxrss/1024,"
+        "ru=resource.getrusage(resource.RUSAGE_SELF)\n"
+        "print(json.dumps({'elapsed_s':el,'peak_rss_mb':ru.ru_maxrss/1024,'cpu_s':ru.ru_utime+ru.ru_stime,"
         "'events':r.summary['events'],'findings':r.summary['findings'],'incidents':r.summary['incidents'],"
         "'with_job':sum(1 for i in r.incidents if i.jobs),'accounting_rows':r.summary.get('accounting_rows',0),"
         "'incidents_s':(lambda t0: (r.engine.incidents(), time.perf_counter()-t0)[1])(time.perf_counter())}))\n"
@@ -273,7 +278,9 @@ def main() -> None:
     print(f"{'tool':24s} {'seconds':>9s} {'lines/s':>12s} {'matches':>9s}")
     for name, s, h in rows:
         print(f"{name:24s} {s:9.2f} {lines / s:12,.0f} {h:9,d}")
-    print(f"ratio replay/ripgrep lines/s:  {rg_s / rep['elapsed_s']:.2f}x")
+    print(f"ratio replay/ripgrep lines/s:  {rg_s / rep['elapsed_s']:.2f}x (wall); "
+          f"{RG_CPU[-1] / rep['cpu_s']:.2f}x (CPU: rg {RG_CPU[-1]:.2f} s, replay {rep['cpu_s']:.2f} s); "
+          f"load {os.getloadavg()[0]:.1f}")
     if py_s is not None:
         print(f"ratio replay/python-re lines/s: {py_s / rep['elapsed_s']:.2f}x")
     print(f"replay: {rep['events']:,} events, {rep['incidents']} incidents, peak RSS {rep['peak_rss_mb']:.0f} MB")

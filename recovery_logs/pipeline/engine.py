@@ -133,6 +133,7 @@ class Engine:
         self._sticky = empty_findings()
         self._det_cache: tuple[tuple[Any, ...], pl.DataFrame] | None = None
         self._progress_rows = 0
+        self._oldest_progress_ns: int | None = None   # earliest progress finding held (None: none)
         descriptions = {r.id: (r.description or r.id) for r in self.pack.rules}
         xid_names = {code: e.description or e.mnemonic for code, e in self.pack.xid_catalog.items()}
         self.attributor = Attributor(self.config, descriptions, xid_names)
@@ -175,7 +176,12 @@ class Engine:
         if found.height:
             self._chunks.append(found)
             self._findings_cache = None
-            self._progress_rows += found.filter(pl.col("category") == "progress").height
+            prog = found.filter(pl.col("category") == "progress")
+            if prog.height:
+                self._progress_rows += prog.height
+                t0 = prog.select(pl.col("time").min().dt.epoch("ns")).item()
+                if t0 is not None and (self._oldest_progress_ns is None or t0 < self._oldest_progress_ns):
+                    self._oldest_progress_ns = int(t0)
         self.windows = merge_windows(self.windows, part.windows)
         self.spans = merge_spans(self.spans, part.spans)
         for ip, (t, h) in part.addresses.items():
@@ -194,7 +200,9 @@ class Engine:
         self.stats["findings"] += found.height
         cfg = self.config
         if self._progress_rows > cfg.progress_compact_rows and self.max_time_ns is not None:
-            self.compact(self.max_time_ns - int(cfg.progress_retention_s * 1e9))
+            horizon = self.max_time_ns - int(cfg.progress_retention_s * 1e9)
+            if self._compactable(horizon):   # else nothing would be dropped: no detector run for nothing
+                self.compact(horizon)
 
     def advance(self, watermark_ns: int, closed_ns: int | None = None) -> None:
         """Move the event-time clock (never backwards). ``closed_ns``: while a live reader is still
@@ -249,6 +257,18 @@ class Engine:
             f = f.filter(pl.col("time").is_null() | (pl.col("time").dt.epoch("ns") <= watermark_ns))
         return f
 
+    def _compactable(self, horizon_ns: int) -> bool:
+        """Whether ``compact(horizon_ns)`` would drop anything (a progress finding or a window older
+        than the horizon). When it would not, compacting only re-runs the detectors: a replay of an
+        hour of a large fleet (more progress lines than ``progress_compact_rows``, none older than
+        the retention) otherwise ran every detector once per batch."""
+        if self._oldest_progress_ns is not None and self._oldest_progress_ns < horizon_ns:
+            return True
+        if self.windows.height:
+            w0 = self.windows.select(pl.col("window_start").min().dt.epoch("ns")).item()
+            return w0 is not None and w0 < horizon_ns
+        return False
+
     def compact(self, horizon_ns: int) -> int:
         """Bound memory: drop progress findings and windows older than ``horizon_ns``.
 
@@ -266,9 +286,15 @@ class Engine:
         self._chunks = [keep]
         self._findings_cache = keep
         self._progress_rows = keep.filter(pl.col("category") == "progress").height
+        self._oldest_progress_ns = self._oldest_progress(keep)
         self.windows = self.windows.filter(pl.col("window_start") >= horizon)
         self.stats["compacted"] += dropped
         return dropped
+
+    @staticmethod
+    def _oldest_progress(f: pl.DataFrame) -> int | None:
+        t0 = f.filter(pl.col("category") == "progress").select(pl.col("time").min().dt.epoch("ns")).item()
+        return None if t0 is None else int(t0)
 
     def compact_floods(self, before_ns: int, drop_before_ns: int | None = None) -> int:
         """Bound memory under a flood of findings: of the fault findings older than ``before_ns``,
@@ -309,6 +335,7 @@ class Engine:
             self._chunks = [keep]
             self._findings_cache = keep
             self._progress_rows = keep.filter(pl.col("category") == "progress").height
+            self._oldest_progress_ns = self._oldest_progress(keep)
             self.stats["compacted"] += dropped
             self.stats["flood_compacted"] += dropped
         return dropped
