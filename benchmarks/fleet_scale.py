@@ -52,8 +52,9 @@ else:
     r = replay_sharded(paths, workers=int(mode))
 el = time.perf_counter() - t
 open(out, "w").write(r.to_json())
-rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
-print(json.dumps({"elapsed_s": el, "lines": r.summary["lines"], "events": r.summary["events"],
+ru = resource.getrusage(resource.RUSAGE_SELF)
+rss = ru.ru_maxrss * 1024
+print(json.dumps({"elapsed_s": el, "cpu_s": ru.ru_utime + ru.ru_stime, "lines": r.summary["lines"], "events": r.summary["events"],
                   "incidents": r.summary["incidents"], "peak_rss_mb": max(rss, peak[0]) / 2**20}))
 """
 
@@ -114,7 +115,8 @@ def main(argv: list[str] | None = None) -> int:
     one = run_child("one", paths, a.work / "one.json")
     print(f"{a.nodes} nodes x {a.duration}: {one['lines']:,} lines, {nbytes / 1e6:.0f} MB")
     print(f"  one process : {one['elapsed_s']:7.1f} s  {one['lines'] / one['elapsed_s']:>10,.0f} lines/s  "
-          f"peak RSS {one['peak_rss_mb']:6.0f} MB  incidents {one['incidents']}")
+          f"peak RSS {one['peak_rss_mb']:6.0f} MB  incidents {one['incidents']}; CPU {one['cpu_s']:.1f} s "
+          f"({one['lines'] / one['cpu_s']:,.0f} lines per CPU-second); load {os.getloadavg()[0]:.1f}")
     if a.workers:
         many = run_child(str(a.workers), paths, a.work / "many.json")
         same = (a.work / "one.json").read_text() == (a.work / "many.json").read_text()
