@@ -33,6 +33,7 @@ from recovery_logs.sources.formats import (
     parse_syslog,
     short_host,
 )
+from recovery_logs.sources.levels import pri_level_expr
 from recovery_logs.sources.read_text import _group_full, group_records
 from recovery_logs.timeutil import frac_ns as _frac_ns
 from recovery_logs.timeutil import rfc3339_to_ns_expr as rfc3339_ns
@@ -102,6 +103,7 @@ def _ref_syslog(lines: pl.DataFrame, ctx: ParseContext) -> pl.DataFrame:
         job_id=af(7).str.extract(RE_SD_JOB, 1),
         prog=prog,
         message=pl.when(is_a | is_b | is_c).then(raw_msg.str.replace(RE_UPTIME_PREFIX, "")).otherwise(t),
+        level=pl.when(is_a | is_b).then(pri_level_expr(t)),     # the PRI, where the line carries one
     )
     # a line that is not a header but is indented is a continuation, not a bad timestamp
     df = df.with_columns(has_ts=pl.col("header") | ~t.str.contains(r"^\s")).with_columns(
