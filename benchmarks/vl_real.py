@@ -118,6 +118,8 @@ def insert(base: str, lines: list[str]) -> None:
 
 
 def chatter(rng: random.Random, t: int, i: int) -> str:
+    """One line of realistic chatter (used for the replay data set; the live generator uses
+    :func:`chatter_pool`, the same lines pre-rendered)."""
     node = rng.randrange(64)
     r = node * 8 + rng.randrange(8)
     k = rng.random()
@@ -136,45 +138,115 @@ def chatter(rng: random.Random, t: int, i: int) -> str:
     return f'{{"_time":"{ts}","host":"gpu-n{node}","unit":"slurmd","_msg":"{msg}"}}\n'
 
 
+def chatter_pool(n: int = 65_536, seed: int = 7) -> list[tuple[str, str | None]]:
+    """``n`` lines of :func:`chatter` pre-rendered as (text after ``_time``, text after the step
+    number or None): a live line is then two string joins, so one generator process can insert
+    50 k lines/s. Progress lines get a growing step (``i // 512``: every rank advances), so the
+    hang detector sees healthy training, not a stall."""
+    rng = random.Random(seed)
+    out: list[tuple[str, str | None]] = []
+    for i in range(n):
+        line = chatter(rng, 0, i)
+        rest = line.split('",', 1)[1]
+        if '"_msg":"[rank' in rest and "]: step " in rest:
+            head, tail = rest.split("]: step ", 1)
+            out.append((head + "]: step ", " |" + tail.split(" |", 1)[1]))
+        else:
+            out.append((rest, None))
+    return out
+
+
+def render(pool: list[tuple[str, str | None]], i0: int, n: int, t0_ns: int, dt_ns: int, cache: dict[int, str]) -> bytes:
+    """Lines ``i0 .. i0+n`` of the pool stamped ``t0_ns + k * dt_ns`` as one NDJSON body."""
+    parts = []
+    m = len(pool)
+    for k in range(n):
+        sec, frac = divmod(t0_ns + k * dt_ns, NS)
+        head = cache.get(sec)
+        if head is None:
+            if len(cache) > 64:
+                cache.clear()
+            head = cache[sec] = '{"_time":"' + time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(sec)) + "."
+        a, b = pool[(i0 + k) % m]
+        if b is None:
+            parts.append(f'{head}{frac:09d}Z",{a}')
+        else:
+            parts.append(f'{head}{frac:09d}Z",{a}{(i0 + k) // 512}{b}')
+    return "".join(parts).encode()
+
+
 def fault(host: str, t: int, n: int) -> str:
     # format: NVIDIA kernel module, "NVRM: Xid (PCI:%04x:%02x:%02x): %d, pid=..., ..." (open-gpu-kernel-modules)
     return (f'{{"_time":"{fmt(t)}","host":"{host}","unit":"kernel","_msg":"NVRM: Xid (PCI:0000:{16 + n % 200:02x}:00): '
             f'79, pid={1000 + n}, name=python3, GPU has fallen off the bus."}}\n')
 
 
-def generate(base: str, rate: int, duration: float, fault_every: float, late_every: float, q, stop, counter) -> None:
-    rng = random.Random(7)
-    i = f = 0
-    t_end = time.monotonic() + duration
-    next_fault = time.monotonic() + 5.0 if fault_every else float("inf")
-    next_late = time.monotonic() + 8.0 if late_every else float("inf")
-    tick = 0.1
-    while time.monotonic() < t_end and not stop.is_set():
-        t0 = time.monotonic()
-        now = time.time_ns()
-        n = max(1, int(rate * tick))
-        lines = [chatter(rng, now + k * int(tick * NS) // n, i + k) for k in range(n)]
-        i += n
-        extra = []
-        if t0 >= next_fault:
-            extra.append(("live", f"gpu-f{f}", time.time_ns()))
-            next_fault += fault_every
-        if t0 >= next_late:
-            lag = 40 if (f % 2 == 0) else 600
-            extra.append((f"late{lag}s", f"gpu-late{f}", time.time_ns() - lag * NS))
-            next_late += late_every
-        for _kind, host, t in extra:
-            lines.append(fault(host, t, f))
-            f += 1
+def _post(base: str, body: bytes) -> None:
+    req = urllib.request.Request(base + "/insert/jsonline?_stream_fields=host,unit", data=body,
+                                 headers={"Content-Type": "application/stream+json"})
+    urllib.request.urlopen(req, timeout=30).read()
+
+
+def generate(base: str, rate: int, duration: float, fault_every: float, late_every: float, q, stop, counter,
+             senders: int = 4, tick: float = 0.1) -> None:
+    """Insert ``rate`` lines/s of chatter for ``duration`` s: every ``tick`` one pre-rendered body
+    is handed to ``senders`` concurrent POSTs to ``/insert/jsonline`` (the server ingests in
+    parallel; one synchronous POST loop topped out near 10 k lines/s). Fault lines go in their own
+    small POST from this thread, so the time an insert *returned* is exact. ``counter`` holds the
+    lines the server acknowledged (the achieved rate is measured from it, not assumed)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    pool = chatter_pool()
+    cache: dict[int, str] = {}
+    acked = [0]
+    lock = threading.Lock()
+
+    def send(body: bytes, n: int) -> None:
         try:
-            insert(base, lines)
+            _post(base, body)
         except OSError:
-            continue
-        done = time.time_ns()
-        for kind, host, _t in extra:
-            q.put((kind, host, done))  # noqa: B007
-        counter.value = i
-        time.sleep(max(0.0, tick - (time.monotonic() - t0)))
+            return
+        with lock:
+            acked[0] += n
+            counter.value = acked[0]
+
+    i = f = 0
+    t_start = time.monotonic()
+    t_end = t_start + duration
+    next_fault = t_start + 5.0 if fault_every else float("inf")
+    next_late = t_start + 8.0 if late_every else float("inf")
+    k = 0
+    inflight: list = []
+    with ThreadPoolExecutor(max_workers=senders) as ex:
+        while time.monotonic() < t_end and not stop.is_set():
+            due = t_start + k * tick
+            k += 1
+            n = int(rate * tick * k) - int(rate * tick * (k - 1))
+            now = time.time_ns()
+            body = render(pool, i, n, now, int(tick * NS) // max(1, n), cache)
+            i += n
+            inflight = [fu for fu in inflight if not fu.done()]
+            if len(inflight) < 4 * senders:          # never queue unboundedly: a slow server lowers the rate
+                inflight.append(ex.submit(send, body, n))
+            t0 = time.monotonic()
+            extra = []
+            if t0 >= next_fault:
+                extra.append(("live", f"gpu-f{f}", time.time_ns()))
+                next_fault += fault_every
+            if t0 >= next_late:
+                lag = 40 if (f % 2 == 0) else 600
+                extra.append((f"late{lag}s", f"gpu-late{f}", time.time_ns() - lag * NS))
+                next_late += late_every
+            for kind, host, t in extra:
+                try:
+                    _post(base, fault(host, t, f).encode())
+                except OSError:
+                    continue
+                q.put((kind, host, time.time_ns()))
+                f += 1
+            time.sleep(max(0.0, due + tick - time.monotonic()))
+        for fu in inflight:
+            fu.result()
 
 
 def rss_mb() -> float:
@@ -255,6 +327,24 @@ def run_watch(srv: Server, rate: int, duration: float, fault_every: float, late_
     return out
 
 
+def phase_ingest(args, tmp: Path) -> dict:
+    """The generator alone (no watcher): the insert rate this machine sustains at ``--rate``."""
+    srv = Server(tmp / "ingest").start()
+    ctx = mp.get_context("fork")
+    q, stop, counter = ctx.Queue(), ctx.Event(), ctx.Value("q", 0)
+    try:
+        scpu0, t0 = srv.cpu_s(), time.monotonic()
+        gen = ctx.Process(target=generate, args=(srv.base, args.rate, args.ingest_duration, 0.0, 0.0, q, stop, counter))
+        gen.start()
+        gen.join(args.ingest_duration + 60)
+        wall = time.monotonic() - t0
+        out = {"rate_asked": args.rate, "rate_acked": int(counter.value / args.ingest_duration),
+               "server_cpu_share": round((srv.cpu_s() - scpu0) / wall, 3), "loadavg": os.getloadavg()[0]}
+    finally:
+        srv.stop()
+    return out
+
+
 def phase_latency(args, tmp: Path) -> dict:
     srv = Server(tmp / "lat").start()
     try:
@@ -267,8 +357,11 @@ def phase_soak(args, tmp: Path) -> dict:
     srv = Server(tmp / "soak").start()
 
     def sample(w, t, gen):
-        return {"t_s": round(t), "rss_mb": round(rss_mb(), 1), "generated": gen, "lines_read": w.vl.stats["lines_read"],
-                "ledger_keys": len(w.vl.ledger), "findings": w.engine.findings.height}
+        row = {"t_s": round(t), "rss_mb": round(rss_mb(), 1), "generated": gen, "lines_read": w.vl.stats["lines_read"],
+               "ledger_keys": len(w.vl.ledger), "findings": w.engine.findings.height,
+               "loadavg_1m": round(os.getloadavg()[0], 2)}
+        print(json.dumps({"soak_sample": row}), file=sys.stderr, flush=True)   # a long run shows progress
+        return row
 
     try:
         out = run_watch(srv, args.soak_rate, args.soak_duration, 0.0, 0.0, tail_s=5.0, sample=sample,
@@ -277,6 +370,8 @@ def phase_soak(args, tmp: Path) -> dict:
         srv.stop()
     rs = [s["rss_mb"] for s in out["samples"]]
     half = rs[len(rs) // 2:]
+    loads = [s["loadavg_1m"] for s in out["samples"]]
+    out["loadavg_1m_mean"] = round(sum(loads) / len(loads), 2)
     out.update({"rss_mb_first": rs[0], "rss_mb_max": max(rs), "rss_mb_last": rs[-1],
                 "rss_mb_second_half_range": round(max(half) - min(half), 1), "duration_s": args.soak_duration})
     return out
@@ -363,7 +458,8 @@ def phase_replay(args, tmp: Path) -> dict:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--only", choices=["latency", "soak", "live_modes", "replay"], default=None)
+    ap.add_argument("--only", choices=["ingest", "latency", "soak", "live_modes", "replay"], default=None)
+    ap.add_argument("--ingest-duration", type=float, default=15.0)
     ap.add_argument("--rate", type=int, default=50_000)
     ap.add_argument("--duration", type=float, default=60.0)
     ap.add_argument("--soak-rate", type=int, default=20_000)
@@ -375,7 +471,8 @@ def main() -> None:
     args = ap.parse_args()
     tmp = Path(tempfile.mkdtemp(prefix="vl-bench-"))
     try:
-        for name, fn in (("live_modes", phase_live_modes), ("replay", phase_replay), ("latency", phase_latency),
+        for name, fn in (("ingest", phase_ingest), ("live_modes", phase_live_modes), ("replay", phase_replay),
+                         ("latency", phase_latency),
                          ("soak", phase_soak)):
             if args.only in (None, name):
                 print(json.dumps({name: fn(args, tmp)}), flush=True)
