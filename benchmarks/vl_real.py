@@ -20,7 +20,9 @@ late-data reconciliation; rule prefilter on).
    the same ingest, then a SIGTERM of the server with the watcher attached: seconds to exit,
    exit code, and rows the server had accepted but did not keep.
 4. replay: ``--replay-rows`` rows over 10 min; a plain ``curl`` export of the range vs
-   ``replay --source`` (sliced concurrent export, Polars JSON parse, full engine).
+   ``replay --source`` with push-down (server counts per window, only rule-relevant lines
+   fetched; with and without the phrase filters in front of the substring regexps) and without
+   (every row read: sliced concurrent export, Polars JSON parse). Same incidents checked.
 
 Figures are for comparing within one run (ratios); the machine may be shared.
 """
@@ -422,9 +424,9 @@ def phase_live_modes(args, tmp: Path) -> dict:
 
 
 def phase_replay(args, tmp: Path) -> dict:
-    from recovery_logs.pipeline.replay import ReplayOptions, replay
+    from recovery_logs.pipeline.replay import ReplayOptions
+    from recovery_logs.pipeline.vl_replay import replay_source
     from recovery_logs.sources.victorialogs import VictoriaLogsClient
-    from recovery_logs.sources.vl_history import history_batches_fast
 
     srv = Server(tmp / "replay").start()
     try:
@@ -446,14 +448,25 @@ def phase_replay(args, tmp: Path) -> dict:
         lines = sum(1 for _ in (tmp / "export.jsonl").open("rb"))
         (tmp / "export.jsonl").unlink()
         c = VictoriaLogsClient("victorialogs://" + srv.base.split("://")[1], read_timeout=300)
-        t0 = time.perf_counter()
-        res = replay([], ReplayOptions(), batches=history_batches_fast(c, "*", start, end))
-        t_rep = time.perf_counter() - t0
+        out: dict = {"rows": lines, "curl_s": round(t_curl, 2), "curl_bytes": int(curl.stdout or 0),
+                     "curl_lines_s": int(lines / t_curl)}
+        runs = [("pushdown", dict(pushdown=True)), ("pushdown_no_phrase", dict(pushdown=True, phrase=False))]
+        if not args.replay_skip_full:
+            runs.append(("full_read", dict(pushdown=False)))
+        incidents = {}
+        for name, kw in runs:
+            cpu0, t0 = time.process_time(), time.perf_counter()
+            res = replay_source(c, "*", start, end, ReplayOptions(), **kw)
+            t_rep = time.perf_counter() - t0
+            incidents[name] = [(i.category, i.node, i.count) for i in res.incidents]
+            out[name] = {"s": round(t_rep, 2), "cpu_s": round(time.process_time() - cpu0, 2),
+                         "events": res.summary["events"], "lines_s": int(lines / t_rep),
+                         "vs_curl": round(t_curl / t_rep, 3), "incidents": len(res.incidents),
+                         **({"fetched": res.summary["pushdown"]["lines_fetched"]} if "pushdown" in res.summary else {})}
+        out["same_incidents"] = len({repr(v) for v in incidents.values()}) == 1
     finally:
         srv.stop()
-    return {"rows": lines, "curl_s": round(t_curl, 2), "curl_bytes": int(curl.stdout or 0),
-            "curl_lines_s": int(lines / t_curl), "replay_s": round(t_rep, 2), "replay_events": res.summary["events"],
-            "replay_lines_s": int(lines / t_rep), "replay_vs_curl": round(t_curl / t_rep, 3)}
+    return out
 
 
 def main() -> None:
@@ -468,6 +481,7 @@ def main() -> None:
     ap.add_argument("--context", type=float, default=120.0)
     ap.add_argument("--modes-duration", type=float, default=30.0)
     ap.add_argument("--replay-rows", type=int, default=1_000_000)
+    ap.add_argument("--replay-skip-full", action="store_true", help="replay: skip the read-every-row baseline")
     args = ap.parse_args()
     tmp = Path(tempfile.mkdtemp(prefix="vl-bench-"))
     try:

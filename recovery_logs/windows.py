@@ -104,6 +104,28 @@ def merge_spans(acc: pl.DataFrame, new: pl.DataFrame) -> pl.DataFrame:
             .select(list(SPAN_SCHEMA)).sort(["host", "job_id"]))
 
 
+def counted_windows(counts: pl.DataFrame) -> pl.DataFrame:
+    """Windows (no findings yet) from line counts made elsewhere — e.g. by a VictoriaLogs server
+    (``sources.vl_history.line_counts``): columns host, job_id, bucket (window start, ns),
+    lines, first, last (ns). Merged with the windows of the findings of the same lines
+    (``window_counts`` of no events), this equals ``window_counts`` of all the lines."""
+    def t(c: str) -> pl.Expr:
+        return pl.col(c).cast(pl.Datetime("ns")).dt.replace_time_zone("UTC")
+
+    out = counts.select("host", "job_id", t("bucket").alias("window_start"), pl.col("lines").cast(pl.Int64),
+                        t("first").alias("first_time"), t("last").alias("last_time"))
+    out = out.with_columns([pl.lit(0, pl.Int64).alias(c) for c in _SUM if c != "lines"])
+    return _sort(_conform(out))
+
+
+def counted_spans(counts: pl.DataFrame) -> pl.DataFrame:
+    """(host, job_id) spans from the same line counts (= ``job_spans`` of the lines)."""
+    c = counts.filter(pl.col("host").is_not_null() & pl.col("job_id").is_not_null())
+    out = c.group_by(["host", "job_id"]).agg(pl.col("first").min(), pl.col("last").max(), pl.col("lines").sum())
+    out = out.with_columns([pl.col(k).cast(pl.Datetime("ns")).dt.replace_time_zone("UTC") for k in ("first", "last")])
+    return out.select(list(SPAN_SCHEMA)).cast(SPAN_SCHEMA).sort(["host", "job_id"])  # type: ignore[arg-type]  # as in job_spans
+
+
 def silence(windows: pl.DataFrame, watermark_ns: int) -> pl.DataFrame:
     """Per (host, job_id): seconds since the last progress line at the watermark (null if none)."""
     wm = pl.lit(watermark_ns).cast(pl.Datetime("ns")).dt.replace_time_zone("UTC")

@@ -88,6 +88,9 @@ def register(app: typer.Typer) -> None:
             "--time-format", help="strptime format of the line format's time fields, or epoch|epoch_ms|iso")] = None,
         source: Annotated[str | None, typer.Option("--source", help="victorialogs://HOST:PORT")] = None,
         query: Annotated[str, typer.Option("--query", help="LogsQL filter for --source")] = "*",
+        pushdown: Annotated[bool, typer.Option(
+            "--pushdown/--no-pushdown", help="--source: the server counts lines per window and sends only the "
+            "lines a rule can match (default); --no-pushdown reads every row")] = True,
         start: Annotated[str | None, typer.Option("--start", help="RFC3339 start (with --source)")] = None,
         end: Annotated[str | None, typer.Option("--end", help="RFC3339 end (with --source)")] = None,
         width: Annotated[int | None, typer.Option("--width", help="terminal width for the report")] = None,
@@ -131,21 +134,22 @@ def register(app: typer.Typer) -> None:
             cfg = cfg.with_(line_scores=line_scores)
         line_formats = line_formats_from_cli(line_format, time_format, config, fmt)
         opts = _read_options(fmt, host, job, year, boot_time, line_formats, since, until, nodes)
-        batches = None
+        from_source = False
         if source:
             if paths:
                 raise ConfigError("give either PATHs or --source, not both")
             if not (start and end):
                 raise ConfigError("--source needs --start and --end")
             from recovery_logs.commands.watch import vl_connection
+            from recovery_logs.pipeline.vl_replay import replay_source
             from recovery_logs.sources.victorialogs import VictoriaLogsClient
-            from recovery_logs.sources.vl_history import history_batches_fast
             from recovery_logs.timeutil import iso_to_ns
 
             conn = vl_connection(source, vl_user, vl_password_file, vl_password_env, vl_token_file, vl_token_env,
                                  vl_ca, vl_insecure, vl_account, vl_project, extra_filter)
-            batches = history_batches_fast(VictoriaLogsClient(conn, read_timeout=120.0), query, iso_to_ns(start),
-                                           iso_to_ns(end), opts)
+            client = VictoriaLogsClient(conn, read_timeout=120.0)
+            t0_ns, t1_ns = iso_to_ns(start), iso_to_ns(end)
+            from_source = True
         elif not paths:
             raise ConfigError("nothing to replay: give log PATHs or --source victorialogs://HOST:PORT")
         if accounting is not None and accounting != "sacct" and not Path(accounting).is_file():
@@ -157,13 +161,15 @@ def register(app: typer.Typer) -> None:
         with ProgressBar(on, "replay", total=input_size(names) if on and names else None) as bar:
             ropts = ReplayOptions(read=opts, config=cfg, out_dir=out, progress=bar.stats, accounting=accounting)
             if workers is not None or ray_address is not None:
-                if batches is not None:
+                if from_source:
                     raise ConfigError("--workers/--ray-address read files; --source is read in one process")
                 from recovery_logs.pipeline.scale import replay_sharded
 
                 res = replay_sharded(names, ropts, workers=workers, address=ray_address)
+            elif source:
+                res = replay_source(client, query, t0_ns, t1_ns, ropts, pushdown=pushdown)
             else:
-                res = replay(names, ropts, batches=batches)
+                res = replay(names, ropts)
         _emit(res, as_json, width)
         _partial_input_exit(res)
 

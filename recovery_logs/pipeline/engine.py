@@ -134,6 +134,10 @@ class Engine:
         self._det_cache: tuple[tuple[Any, ...], pl.DataFrame] | None = None
         self._progress_rows = 0
         self._oldest_progress_ns: int | None = None   # earliest progress finding held (None: none)
+        # False: the lines of every batch were counted elsewhere (a VictoriaLogs server's stats,
+        # absorbed as an EnginePart of windows and spans); feed() then adds only what the batch's
+        # findings, addresses and GPU records add, and its events are not counted again
+        self.count_lines = True
         descriptions = {r.id: (r.description or r.id) for r in self.pack.rules}
         xid_names = {code: e.description or e.mnemonic for code, e in self.pack.xid_catalog.items()}
         self.attributor = Attributor(self.config, descriptions, xid_names)
@@ -152,12 +156,14 @@ class Engine:
         check_events(events, "engine.feed")
         if events.height == 0:
             return empty_findings()
-        part = self.partial(events)
+        part = self.partial(events, count_lines=self.count_lines)
         self.absorb(part)
         return part.findings
 
-    def partial(self, events: pl.DataFrame) -> EnginePart:
-        """What ``events`` add to the state, without touching it (pure: rules, windows, spans)."""
+    def partial(self, events: pl.DataFrame, count_lines: bool = True) -> EnginePart:
+        """What ``events`` add to the state, without touching it (pure: rules, windows, spans).
+        ``count_lines=False``: the events' line counts (windows' lines/first/last, spans, the event
+        count) are left out — they were counted elsewhere (see ``count_lines``)."""
         found = match(events, self.pack)
         if found.height:
             found = own_strings(subject_host(fill_gpu(found)))
@@ -166,9 +172,12 @@ class Engine:
             if ip not in addr or (t, h) < addr[ip]:
                 addr[ip] = (t, h)
         tmax = events.select(pl.col("time").max().dt.epoch("ns")).item()
-        lines = LineStats.of(events, LINE_SCORE_PARAMS) if self.config.line_scores else None
+        stats = LineStats.of(events, LINE_SCORE_PARAMS) if self.config.line_scores else None
+        if not count_lines:
+            return EnginePart(found, window_counts(events.clear(), found, self.config.window_s), empty_spans(), addr,
+                              tmax, 0, inventory_records(events) + nccl_gpu_records(events), stats)
         return EnginePart(found, window_counts(events, found, self.config.window_s), job_spans(events), addr,
-                          tmax, events.height, inventory_records(events) + nccl_gpu_records(events), lines)
+                          tmax, events.height, inventory_records(events) + nccl_gpu_records(events), stats)
 
     def absorb(self, part: EnginePart) -> None:
         """Fold a part (from ``partial``, here or in a worker) into the state."""

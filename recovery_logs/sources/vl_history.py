@@ -24,13 +24,13 @@ import polars as pl
 
 from recovery_logs.errors import ConfigError, VictoriaLogsError
 from recovery_logs.sources.files import events_from_vl_frame
-from recovery_logs.sources.formats import vl_columns
+from recovery_logs.sources.formats import VL_JOB_FIELDS, short_host, vl_columns
 from recovery_logs.sources.read_common import ReadOptions
 from recovery_logs.sources.rowkeys import vl_time_ns
 from recovery_logs.sources.victorialogs import VictoriaLogsClient
 from recovery_logs.timeutil import rfc3339_to_ns_expr
 
-__all__ = ["history_batches_fast", "plan_slices"]
+__all__ = ["COUNT_SCHEMA", "history_batches_fast", "line_counts", "logsql_field", "plan_slices"]
 
 NS = 1_000_000_000
 
@@ -91,11 +91,14 @@ def _frame(body: bytes, keys: tuple[str, ...], seq: int) -> pl.DataFrame:
 
 def history_batches_fast(client: VictoriaLogsClient, query: str, start_ns: int, end_ns: int,
                          opts: ReadOptions | None = None, slice_rows: int = 100_000,
-                         workers: int = 2) -> Iterator[Any]:
+                         workers: int = 2, plan_query: str | None = None) -> Iterator[Any]:
+    """Batches of the rows of ``query`` in ``[start, end]``, in time order. ``plan_query``: size
+    the slices by the rows of this (cheaper, broader) query instead — a selective ``query``
+    costs the server a scan of every message, its plain scope only a count."""
     opts = opts or ReadOptions()
     keys = vl_columns(tuple(opts.host_fields))
     q = f"{query} | fields {', '.join(keys)}"
-    slices = plan_slices(client, query, start_ns, end_ns, slice_rows)
+    slices = plan_slices(client, plan_query or query, start_ns, end_ns, slice_rows)
     file = f"victorialogs:{client.base_url}"
     seq = 0
     with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
@@ -121,3 +124,62 @@ def history_batches_fast(client: VictoriaLogsClient, query: str, start_ns: int, 
             batch = events_from_vl_frame(df, opts, seq_start=seq, file=file)
             seq += df.height
             yield batch
+
+
+# per (host, job, time bucket): rows, first and last _time (ns), as the server counted them
+COUNT_SCHEMA = {"host": pl.String, "job_id": pl.String, "bucket": pl.Int64, "lines": pl.Int64,
+                "first": pl.Int64, "last": pl.Int64, "duplicates": pl.Int64}
+
+
+def logsql_field(name: str) -> str:
+    """A field name as LogsQL text (quoted: names such as ``host.name`` or ``_HOSTNAME``)."""
+    return '"' + name.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def line_counts(client: VictoriaLogsClient, query: str, start_ns: int, end_ns: int, bucket_ns: int,
+                opts: ReadOptions | None = None, slices: list[tuple[int, int]] | None = None,
+                workers: int = 2) -> pl.DataFrame:
+    """Rows of ``query`` in ``[start, end]`` counted by the server per (host, job, ``bucket_ns``
+    bucket of ``_time``), with the first and last ``_time`` of each group (:data:`COUNT_SCHEMA`).
+
+    One ``stats by (<host fields>, <job fields>, _time:BUCKET) count(), min(_time), max(_time)``
+    per time slice (``slices``; default one), ``workers`` at once: the server answers it from its
+    columns without sending a row. Host and job are resolved as the row readers resolve them
+    (first non-empty host field, short host name; first non-empty job field; ``opts.host`` /
+    ``opts.job`` override), so these counts are what :func:`events_from_vl_frame` would count
+    for the same rows. ``lines`` leaves out rows the readers drop as duplicates (same
+    ``_stream_id``, ``_time``, ``rank`` and ``_msg``; ``opts.dedupe``), ``duplicates`` counts them."""
+    opts = opts or ReadOptions()
+    host_fields, job_fields = tuple(opts.host_fields), tuple(VL_JOB_FIELDS)
+    fields = list(dict.fromkeys((*host_fields, *job_fields)))
+    by = ", ".join([*(logsql_field(f) for f in fields), f"_time:{int(bucket_ns)}ns"])
+    # the readers drop a row seen twice (same stream, time, rank and message: a shipper that
+    # re-sent); count_uniq over that identity counts what they keep, count() what the server has
+    uniq = "count_uniq(_stream_id, _time, rank, _msg)" if opts.dedupe else "count()"
+    q = f"{query} | stats by ({by}) count() as __all, {uniq} as __n, min(_time) as __t0, max(_time) as __t1"
+    parts = slices or [(start_ns, end_ns)]
+    with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
+        bodies = list(pool.map(lambda lh: client.query_bytes(q, lh[0], lh[1]), parts))
+    schema = {**{f: pl.String for f in fields}, "_time": pl.String, "__all": pl.String, "__n": pl.String,
+              "__t0": pl.String, "__t1": pl.String}
+    frames = [pl.read_ndjson(io.BytesIO(b), schema=schema) for b in bodies if b.strip()]
+    if not frames:
+        return pl.DataFrame(schema=COUNT_SCHEMA)
+    df = pl.concat(frames)
+
+    def first(names: tuple[str, ...]) -> pl.Expr:
+        return pl.coalesce([pl.when(pl.col(f) != "").then(pl.col(f)) for f in names])
+
+    host = pl.lit(opts.host) if opts.host is not None else short_host(first(host_fields))
+    job = pl.lit(opts.job) if opts.job is not None else first(job_fields)
+    out = df.select(host.cast(pl.String).alias("host"), job.cast(pl.String).alias("job_id"),
+                    rfc3339_to_ns_expr(pl.col("_time")).alias("bucket"),
+                    pl.col("__n").cast(pl.Int64).alias("lines"),
+                    (pl.col("__all").cast(pl.Int64) - pl.col("__n").cast(pl.Int64)).alias("duplicates"),
+                    rfc3339_to_ns_expr(pl.col("__t0")).alias("first"), rfc3339_to_ns_expr(pl.col("__t1")).alias("last"))
+    bad = out.filter(pl.any_horizontal(pl.col("bucket", "lines", "first", "last").is_null()))
+    if bad.height:
+        raise VictoriaLogsError("VictoriaLogs stats answer has rows without a count or time", query=q,
+                                server_message=str(bad.head(3).to_dicts())[:300])
+    return out.group_by(["host", "job_id", "bucket"]).agg(pl.col("lines").sum(), pl.col("first").min(),
+                                                          pl.col("last").max(), pl.col("duplicates").sum())

@@ -1,0 +1,76 @@
+"""Push-down filters against the real VictoriaLogs v1.26.0: the LogsQL built from the rule
+packs keeps every rule example, and the phrase filters put in front of the substring regexps
+change nothing (they are implied), on the rule examples and on them glued to other text."""
+
+from __future__ import annotations
+
+import sys
+import time
+
+from recovery_logs.detectors.literals import needed_literals, phrase_core, word_char
+from recovery_logs.detectors.rulepack import load_packs
+from recovery_logs.pipeline.vl_replay import ENRICH_LITERALS, plan_pushdown
+
+vlreal = sys.modules["recovery_logs_tests_vlreal"]
+NS, fmt_ns = vlreal.NS, vlreal.fmt_ns
+
+
+def _texts() -> tuple[list[str], list[str]]:
+    pack = load_packs()
+    must = [ex for r in pack.rules if not r.suppress for ex in r.must_match]
+    must += [f"[rank3]: {ex}" for ex in must[::7]]
+    other = [ex for r in pack.rules for ex in r.must_not_match]
+    lits = needed_literals(pack, ENRICH_LITERALS) or ()
+    glued = [f"{a}{lit}{b}" for lit in lits for a, b in (("x", "y"), ("_", "9"), ("", ""), ("é", "é"))]
+    return must, other + glued
+
+
+def _ids(real_vl, flt: str) -> set[str]:
+    return {r["i"] for r in real_vl.query(f"{flt} | fields i", start="3h")}
+
+
+def test_fetch_filter_keeps_every_rule_example_and_phrases_change_nothing(real_vl):
+    must, other = _texts()
+    texts = must + other
+    now = time.time_ns() - 120 * NS
+    rows = [{"_time": fmt_ns(now + k * 1000), "host": "h", "unit": "t", "i": str(k), "_msg": t}
+            for k, t in enumerate(texts)]
+    real_vl.ingest(rows)
+    t_end = time.monotonic() + 10
+    while len(real_vl.query("* | fields i", start="3h")) < len(rows) and time.monotonic() < t_end:
+        time.sleep(0.2)
+    pack = load_packs()
+    with_phrase = plan_pushdown(pack, "*", phrase=True).fetch
+    plain = plan_pushdown(pack, "*", phrase=False).fetch
+    assert with_phrase and plain and with_phrase != plain
+    got, got_plain = _ids(real_vl, with_phrase), _ids(real_vl, plain)
+    assert {str(k) for k in range(len(must))} <= got            # every example of every rule is fetched
+    assert got == got_plain                                      # the phrase filters are implied by the substrings
+    lits = needed_literals(pack, ENRICH_LITERALS) or ()
+    want = {str(k) for k, t in enumerate(texts) if any(x in t for x in lits)}
+    assert got == want                                           # exactly the lines with a needed literal
+
+
+def test_phrase_filter_semantics_the_cores_rely_on(real_vl):
+    """A phrase matches where the substring has a word boundary on each side that starts or ends
+    with a word character — the property phrase_core() is built on."""
+    texts = ["NVRM: Xid (PCI:0000:3b:00): 79", "xNVRM: Xidy", "elapsed time per iteration (ms)", "time perx",
+             "a_time per b", "in s=0.5", "within s=0.5", "train_step_timing in s=0.5", "(Fatal)x", "é(Fatal)"]
+    now = time.time_ns() - 60 * NS
+    real_vl.ingest([{"_time": fmt_ns(now + k), "host": "h", "unit": "t", "i": str(k), "_msg": t}
+                    for k, t in enumerate(texts)])
+    t_end = time.monotonic() + 10
+    while len(real_vl.query("* | fields i", start="3h")) < len(texts) and time.monotonic() < t_end:
+        time.sleep(0.2)
+
+    def ref(text: str, p: str) -> bool:
+        for i in range(len(text) - len(p) + 1):
+            if text[i:i + len(p)] == p and not (word_char(p[0]) and i > 0 and word_char(text[i - 1])) and not (
+                    word_char(p[-1]) and i + len(p) < len(text) and word_char(text[i + len(p)])):
+                return True
+        return False
+
+    for phrase in ("Xid", ": Xid", "time per", "in s=", "(Fatal)", "VRM: Xi"):
+        q = '_msg:"' + phrase.replace('"', '\\"') + '"'
+        assert _ids(real_vl, q) == {str(k) for k, t in enumerate(texts) if ref(t, phrase)}, phrase
+    assert phrase_core("elapsed time per iteration") == "time per"
