@@ -22,6 +22,7 @@ identity; their number is ``summary["duplicates"]``). What differs, and is said 
 from __future__ import annotations
 
 import collections
+import io
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -29,17 +30,20 @@ from typing import Any
 
 import polars as pl
 
-from recovery_logs.detectors.literals import logsql_any, needed_literals
-from recovery_logs.detectors.rulepack import RulePack
+from recovery_logs.detectors.literals import logsql_any, logsql_string, needed_literals
+from recovery_logs.detectors.rulepack import Rule, RulePack
 from recovery_logs.pipeline.engine import Engine, EnginePart
 from recovery_logs.pipeline.replay import ReplayOptions, ReplayResult, replay
-from recovery_logs.schema import EVENT_SCHEMA, empty_findings, empty_quarantine
+from recovery_logs.schema import EVENT_SCHEMA, FINDING_SCHEMA, conform, empty_findings, empty_quarantine
+from recovery_logs.sources.formats import VL_JOB_FIELDS, short_host
 from recovery_logs.sources.read_common import Batch, ReadOptions
 from recovery_logs.sources.victorialogs import VictoriaLogsClient
-from recovery_logs.sources.vl_history import history_batches_fast, line_counts
-from recovery_logs.windows import counted_spans, counted_windows
+from recovery_logs.sources.vl_history import history_batches_fast, line_counts, logsql_field
+from recovery_logs.timeutil import rfc3339_to_ns_expr
+from recovery_logs.windows import counted_spans, counted_windows, empty_spans, window_counts
 
-__all__ = ["ENRICH_LITERALS", "PushdownPlan", "plan_pushdown", "replay_source"]
+__all__ = ["ENRICH_LITERALS", "ProgressSummary", "PushdownPlan", "plan_pushdown", "progress_findings",
+           "progress_summaries", "replay_source"]
 
 NS = 1_000_000_000
 
@@ -51,17 +55,117 @@ NS = 1_000_000_000
 ENRICH_LITERALS = ("Bootstrap : Using", "NET/Socket : Using", "NET/IB : Using", "busId", "NVML gpu=")
 
 
+_STEP_TIME_GROUPS = ("step_time_s", "step_time_ms", "it_per_s", "samples_per_s")
+_UNSAFE = ("(?=", "(?!", "(?<", "(?i", "(?s", "(?m", "(?x")
+
+
+def _anchored(pattern: str) -> bool:
+    """An anchor (``^ $ \\A \\z \\Z``) or a back reference outside a character class."""
+    i, in_class = 0, False
+    while i < len(pattern):
+        c = pattern[i]
+        if c == "\\":
+            if not in_class and pattern[i + 1:i + 2] in ("A", "z", "Z") or pattern[i + 1:i + 2].isdigit():
+                return True
+            i += 2
+            continue
+        if in_class:
+            in_class = c != "]"
+        elif c == "[":
+            in_class = True
+            if pattern[i + 1:i + 2] == "^":
+                i += 1
+            if pattern[i + 1:i + 2] == "]":
+                i += 1
+        elif c in "^$":
+            return True
+        i += 1
+    return False
+
+
+def _prefix_safe(pattern: str) -> bool:
+    """True when ``pattern`` finds the same leftmost match in a raw ``_msg`` as in the engine's
+    ``message`` (the ``_msg`` without a leading ``[rankN]:`` prefix): it starts with ``\\b`` and
+    a letter no such prefix can start a word with (not r/a/n/k or a digit), and has no anchor,
+    lookaround, back reference or inline flag. A match then cannot begin inside the prefix, and
+    the word boundary before ``message`` holds in ``_msg`` too (the prefix ends in ``:`` or a space)."""
+    if not pattern.startswith("\\b") or len(pattern) < 3:
+        return False
+    c = pattern[2]
+    return (c.isascii() and c.isalpha() and c not in "rankRANK" and not any(u in pattern for u in _UNSAFE)
+            and not _anchored(pattern))
+
+
+@dataclass(frozen=True)
+class ProgressSummary:
+    """Training-progress lines the server summarises instead of sending: lines of ``rule`` whose
+    winning pattern is ``pattern`` (index ``index``), which carries a step but no step time. The
+    hang detector needs such lines only as ticks (the first time each step was reported, per
+    host), the windows and the anomaly features only as counts per window; the straggler
+    detector never reads them (no step time). ``where`` selects exactly those lines:
+
+    * one of the rule's literals, no literal of any other rule (so no other rule is tried on
+      them), none of :data:`ENRICH_LITERALS`;
+    * only ASCII characters (the server's RE2 and the engine's Rust regexes then agree on
+      ``\\d``, ``\\s``, ``\\b``);
+    * the rule's earlier patterns do not match, this one does (all :func:`_prefix_safe`).
+    """
+
+    rule: Rule
+    index: int
+    where: str
+
+    @property
+    def pattern(self) -> str:
+        return self.rule.patterns[self.index]
+
+
+def _regex(pattern: str) -> str:
+    return f"_msg:~{logsql_string(pattern)}"
+
+
+def progress_summaries(pack: RulePack) -> list[ProgressSummary]:
+    """The progress (rule, pattern) pairs whose lines can be summarised (see :class:`ProgressSummary`)."""
+    if needed_literals(pack) is None:
+        return []
+    out = []
+    for r in pack.rules:
+        if r.suppress or r.role != "progress" or not r.literals:
+            continue
+        for k in range(len(r.patterns)):
+            names = set(r.group_names(k))
+            if not all(_prefix_safe(p) for p in r.patterns[: k + 1]):
+                break
+            if "step" not in names or names & set(_STEP_TIME_GROUPS) or any(n.startswith("step_time_ms_") for n in names):
+                continue
+            if r.fields:     # constant fields (e.g. a step time) would need the line: not summarised
+                break
+            others = sorted({x for o in pack.rules if o.id != r.id for x in o.literals} | set(ENRICH_LITERALS))
+            parts = [logsql_any(list(r.literals)), f"NOT {logsql_any(others)}", '_msg:~"^[\\\\x00-\\\\x7f]*$"',
+                     *(f"NOT {_regex(p)}" for p in r.patterns[:k]), _regex(r.patterns[k])]
+            out.append(ProgressSummary(r, k, "(" + " AND ".join(parts) + ")"))
+            break
+    return out
+
+
 @dataclass(frozen=True)
 class PushdownPlan:
     """The LogsQL a push-down replay sends: ``count`` (every line of the scope, counted per
-    window) and ``fetch`` (the lines whose text is needed; None: every line is)."""
+    window), ``fetch`` (the lines whose text is needed; None: every line is) and the progress
+    lines summarised by the server (``progress``: their filters are left out of ``fetch``)."""
 
     count: str
     fetch: str | None
+    progress: tuple[ProgressSummary, ...] = ()
 
     def explain(self) -> list[str]:
-        return [f"count: {self.count} | stats by (<host fields>, <job fields>, _time:WINDOW) count(), min(_time), "
-                "max(_time)", f"fetch: {self.fetch if self.fetch is not None else self.count}"]
+        out = [f"count: {self.count} | stats by (<host fields>, <job fields>, _time:WINDOW) count(), "
+               "count_uniq(_stream_id, _time, rank, _msg), min(_time), max(_time)",
+               f"fetch: {self.fetch if self.fetch is not None else self.count}"]
+        out += [f"progress {p.rule.id}: {_scoped(self.count, p.where)} | extract_regexp ... | stats by "
+                "(<host fields>, <job fields>, step, _time:WINDOW) count_uniq(...), min(_time), max(_time)"
+                for p in self.progress]
+        return out
 
 
 def _scoped(query: str, flt: str) -> str:
@@ -69,21 +173,74 @@ def _scoped(query: str, flt: str) -> str:
     return flt if q in ("", "*") else f"({q}) AND {flt}"
 
 
-def plan_pushdown(pack: RulePack, query: str = "*", phrase: bool = True) -> PushdownPlan:
+def plan_pushdown(pack: RulePack, query: str = "*", phrase: bool = True, progress: bool = True) -> PushdownPlan:
     lits = needed_literals(pack, ENRICH_LITERALS)
     count = query.strip() or "*"
-    return PushdownPlan(count=count, fetch=None if lits is None else _scoped(count, logsql_any(lits, phrase=phrase)))
+    if lits is None:
+        return PushdownPlan(count=count, fetch=None)
+    summ = tuple(progress_summaries(pack)) if progress else ()
+    fetch = logsql_any(lits, phrase=phrase)
+    if summ:
+        fetch = f"{fetch} AND NOT (" + " OR ".join(p.where for p in summ) + ")"
+    return PushdownPlan(count=count, fetch=_scoped(count, fetch), progress=summ)
+
+
+def _progress_counts(client: VictoriaLogsClient, count_query: str, summ: ProgressSummary, start_ns: int, end_ns: int,
+                     bucket_ns: int, read: ReadOptions) -> pl.DataFrame:
+    host_fields, job_fields = tuple(read.host_fields), tuple(VL_JOB_FIELDS)
+    fields = list(dict.fromkeys((*host_fields, *job_fields)))
+    by = ", ".join([*(logsql_field(f) for f in fields), "step", f"_time:{int(bucket_ns)}ns"])
+    uniq = "count_uniq(_stream_id, _time, rank, _msg)" if read.dedupe else "count()"
+    q = (f"{_scoped(count_query, summ.where)} | extract_regexp {logsql_string(summ.pattern)} from _msg "
+         f"| stats by ({by}) {uniq} as __n, min(_time) as __t0, max(_time) as __t1")
+    body = client.query_bytes(q, start_ns, end_ns)
+    schema = {**{f: pl.String for f in fields}, "step": pl.String, "_time": pl.String, "__n": pl.String,
+              "__t0": pl.String, "__t1": pl.String}
+    if not body.strip():
+        return pl.DataFrame(schema={"host": pl.String, "job_id": pl.String, "step": pl.Int64, "lines": pl.Int64,
+                                    "first": pl.Int64, "last": pl.Int64})
+    df = pl.read_ndjson(io.BytesIO(body), schema=schema)
+
+    def first(names: tuple[str, ...]) -> pl.Expr:
+        return pl.coalesce([pl.when(pl.col(f) != "").then(pl.col(f)) for f in names])
+
+    host = pl.lit(read.host) if read.host is not None else short_host(first(host_fields))
+    job = pl.lit(read.job) if read.job is not None else first(job_fields)
+    return df.select(host.cast(pl.String).alias("host"), job.cast(pl.String).alias("job_id"),
+                     pl.col("step").cast(pl.Int64, strict=False), pl.col("__n").cast(pl.Int64).alias("lines"),
+                     rfc3339_to_ns_expr(pl.col("__t0")).alias("first"), rfc3339_to_ns_expr(pl.col("__t1")).alias("last"))
+
+
+def progress_findings(counts: pl.DataFrame, rule: Rule, seq_start: int) -> pl.DataFrame:
+    """Progress findings from server counts per (host, job, step, window): ``lines`` rows per
+    group, the first at the group's first time and the others at its last. Every reader of
+    such findings gets what the lines give it: counts per window (windows, anomaly features),
+    the last progress time per window, the first time each step was seen per host (hang ticks,
+    the suspect host) — and no step time (these lines have none)."""
+    if counts.height == 0:
+        return empty_findings()
+    ex = (counts.with_columns(pl.int_ranges(0, pl.col("lines")).alias("_k")).explode("_k")
+          .with_columns(pl.when(pl.col("_k") == 0).then(pl.col("first")).otherwise(pl.col("last")).alias("_t")))
+    df = ex.select(
+        pl.col("_t").cast(pl.Datetime("ns")).dt.replace_time_zone("UTC").alias("time"),
+        "host", "job_id", "step", pl.lit("job").alias("source"),
+        pl.lit(f"training progress (step counted by VictoriaLogs, rule {rule.id})").alias("message"),
+        pl.lit(False).alias("time_inferred"), pl.lit(rule.id).alias("rule_id"),
+        pl.lit(rule.version).alias("rule_version"), pl.lit(rule.category).alias("category"),
+        pl.lit(rule.severity).alias("severity"), pl.lit(rule.role).alias("role"), pl.lit(rule.action).alias("action"))
+    df = df.sort("time").with_columns(pl.int_range(seq_start, seq_start + pl.len(), dtype=pl.Int64).alias("seq"))
+    return conform(df, FINDING_SCHEMA)
 
 
 def replay_source(client: VictoriaLogsClient, query: str, start_ns: int, end_ns: int,
                   options: ReplayOptions | None = None, pushdown: bool = True, slice_rows: int = 250_000,
-                  workers: int = 2, phrase: bool = True) -> ReplayResult:
+                  workers: int = 2, phrase: bool = True, progress: bool = True) -> ReplayResult:
     """Replay ``[start, end]`` of ``query`` from a VictoriaLogs server (``pushdown=False``: read
-    every row, as ``history_batches_fast`` does)."""
+    every row, as ``history_batches_fast`` does; ``progress=False``: fetch progress lines too)."""
     opts = options or ReplayOptions()
     read = opts.read or ReadOptions()
     eng = Engine(opts.config)
-    plan = plan_pushdown(eng.pack, query, phrase=phrase)
+    plan = plan_pushdown(eng.pack, query, phrase=phrase, progress=progress)
     if not pushdown or plan.fetch is None:
         return replay([], opts, batches=history_batches_fast(client, query, start_ns, end_ns, read,
                                                              slice_rows=slice_rows, workers=workers), engine=eng)
@@ -94,12 +251,14 @@ def replay_source(client: VictoriaLogsClient, query: str, start_ns: int, end_ns:
     def count() -> None:
         try:
             box["counts"] = line_counts(client, plan.count, start_ns, end_ns, bucket_ns, read)
+            box["progress"] = [(p, _progress_counts(client, plan.count, p, start_ns, end_ns, bucket_ns, read))
+                               for p in plan.progress]
         except BaseException as exc:    # re-raised in the reading thread
             box["error"] = exc
 
     th = threading.Thread(target=count, name="vl-line-counts", daemon=True)
     th.start()
-    fetched = [0]
+    fetched, summarised = [0], [0]
 
     def batches() -> Iterator[Batch]:
         for b in history_batches_fast(client, plan.fetch or "*", start_ns, end_ns, read, slice_rows=slice_rows,
@@ -117,11 +276,20 @@ def replay_source(client: VictoriaLogsClient, query: str, start_ns: int, end_ns:
         total = int(counts["lines"].sum()) if counts.height else 0
         tmax = int(counts["last"].max()) if counts.height else None   # type: ignore[arg-type]  # polars aggregate
         eng.absorb(EnginePart(empty_findings(), counted_windows(counts), counted_spans(counts), {}, tmax, total))
+        seq = 1 << 40      # after every fetched line's seq
+        for p, pc in box["progress"]:
+            found = progress_findings(pc, p.rule, seq)
+            seq += found.height
+            summarised[0] += int(pc["lines"].sum()) if pc.height else 0
+            if found.height:
+                eng.absorb(EnginePart(found, window_counts(pl.DataFrame(schema=EVENT_SCHEMA), found, eng.config.window_s),
+                                      empty_spans(), {}, None, 0))
         dups = int(counts["duplicates"].sum()) if counts.height else 0
         yield Batch(pl.DataFrame(schema=EVENT_SCHEMA), empty_quarantine(),
                     collections.Counter(lines=total + dups, duplicates=dups))
 
     res = replay([], opts, batches=batches(), engine=eng)
     res.summary["pushdown"] = {"lines_counted": int(res.summary["events"]), "lines_fetched": fetched[0],
+                               "progress_lines_summarised": summarised[0],
                                "count_query": plan.count, "fetch_query": plan.fetch}
     return res

@@ -7,6 +7,7 @@ import json
 import sys
 import time
 
+import pytest
 from polars.testing import assert_frame_equal
 
 from recovery_logs.config import EngineConfig
@@ -119,13 +120,23 @@ def _wait_rows(real_vl, n: int, timeout: float = 10.0) -> None:
     raise AssertionError(f"the server did not make {n} rows searchable in {timeout} s")
 
 
-def test_replay_source_pushdown_equals_replay_of_the_lines(real_vl, tmp_path):
-    """The server counts lines per window and sends only the lines a rule (or enrichment) needs;
+@pytest.mark.parametrize(("scenario", "category"), [("silent_hang", "nccl_timeout_hang"), ("straggler_node", "straggler")])
+def test_replay_source_pushdown_equals_replay_of_the_lines(real_vl, tmp_path, scenario, category):
+    """The server counts lines per window, summarises training-progress lines that carry no step
+    time (per host, job, step and window) and sends only the lines a rule (or enrichment) needs;
     the incidents equal those of a replay of every row from a file."""
     from recovery_logs.pipeline.vl_replay import replay_source
 
     end = time.time_ns() - 60 * NS
-    rows = _simulated(tmp_path, "silent_hang", end)
+    rows = _simulated(tmp_path, scenario, end)
+    # progress lines without a step time, on every host of the job (the server summarises them)
+    hosts = sorted({r["host"] for r in rows if r.get("job_id")})
+    job = next(r["job_id"] for r in rows if r.get("job_id"))
+    t_first = min(vl_time_ns(r["_time"]) for r in rows)
+    rows += [{"_time": fmt_ns(t_first + 5 * NS + k * 1_700_000_000 + 1000 * h), "host": hosts[h], "unit": "train",
+              "job_id": job, "rank": str(h * 2 + k % 2),
+              "_msg": f"[rank{h * 2 + k % 2}]: step {k // 2} | loss 1.{k % 97:02d} | lr 3.0e-04 | tokens/s 118000"}
+             for k in range(0, 200) for h in range(len(hosts)) if scenario != "silent_hang" or k < 150]
     # chatter no rule matches, with host and job in other fields the readers also accept
     # (VictoriaLogs stores no empty field: a row without a job simply has none)
     rows += [{"_time": fmt_ns(end - k * 997_000_000), "hostname": f"n{k % 2}.cluster.local", "unit": "sshd",
@@ -142,9 +153,10 @@ def test_replay_source_pushdown_equals_replay_of_the_lines(real_vl, tmp_path):
     assert pd["lines_counted"] == ref.summary["events"] == res.summary["events"]
     assert res.summary["duplicates"] == ref.summary["duplicates"] > 0     # the simulator re-sends some lines
     assert res.summary["lines"] == len(rows) == ref.summary["lines"]
-    assert 0 < pd["lines_fetched"] < len(rows) // 2           # most lines were only counted
+    assert 0 < pd["lines_fetched"] <= len(rows) - 300 - pd["progress_lines_summarised"]   # the rest only counted
+    assert pd["progress_lines_summarised"] >= 150 * len(hosts)
     want = [{k: i.to_dict()[k] for k in KEYS} for i in ref.incidents]
-    assert want and any(i["category"] == "nccl_timeout_hang" for i in want)
+    assert want and any(i["category"] == category for i in want)
     assert [{k: i.to_dict()[k] for k in KEYS} for i in res.incidents] == want
     # the engine state the incidents come from is the same, window by window and span by span
     assert_frame_equal(res.engine.windows, ref.engine.windows)
