@@ -440,29 +440,40 @@ def phase_replay(args, tmp: Path) -> dict:
         while srv.count("*") < n:
             time.sleep(0.5)
         form = urllib.parse.urlencode({"query": "*", "start": fmt(start), "end": fmt(end)})
+        scpu0 = srv.cpu_s()
         t0 = time.perf_counter()
         curl = subprocess.run(["curl", "-s", "-o", str(tmp / "export.jsonl"), "-w", "%{size_download}",
                                "--data", form, srv.base + "/select/logsql/query"], capture_output=True, text=True,
                               check=True)
         t_curl = time.perf_counter() - t0
+        scpu_curl = srv.cpu_s() - scpu0
         lines = sum(1 for _ in (tmp / "export.jsonl").open("rb"))
         (tmp / "export.jsonl").unlink()
         c = VictoriaLogsClient("victorialogs://" + srv.base.split("://")[1], read_timeout=300)
         out: dict = {"rows": lines, "curl_s": round(t_curl, 2), "curl_bytes": int(curl.stdout or 0),
-                     "curl_lines_s": int(lines / t_curl)}
-        runs = [("pushdown", dict(pushdown=True)), ("pushdown_no_phrase", dict(pushdown=True, phrase=False))]
+                     "curl_lines_s": int(lines / t_curl), "curl_server_cpu_s": round(scpu_curl, 2),
+                     "loadavg_1m": os.getloadavg()[0]}
+        runs = [("pushdown", dict(pushdown=True)), ("pushdown_no_progress", dict(pushdown=True, progress=False)),
+                ("pushdown_no_phrase", dict(pushdown=True, phrase=False, progress=False))]
         if not args.replay_skip_full:
             runs.append(("full_read", dict(pushdown=False)))
         incidents = {}
         for name, kw in runs:
-            cpu0, t0 = time.process_time(), time.perf_counter()
+            cpu0, t0, scpu0 = time.process_time(), time.perf_counter(), srv.cpu_s()
             res = replay_source(c, "*", start, end, ReplayOptions(), **kw)
             t_rep = time.perf_counter() - t0
+            scpu = srv.cpu_s() - scpu0
             incidents[name] = [(i.category, i.node, i.count) for i in res.incidents]
             out[name] = {"s": round(t_rep, 2), "cpu_s": round(time.process_time() - cpu0, 2),
                          "events": res.summary["events"], "lines_s": int(lines / t_rep),
-                         "vs_curl": round(t_curl / t_rep, 3), "incidents": len(res.incidents),
-                         **({"fetched": res.summary["pushdown"]["lines_fetched"]} if "pushdown" in res.summary else {})}
+                         "vs_curl": round(t_curl / t_rep, 3), "server_cpu_s": round(scpu, 2),
+                         # CPU seconds (ours + the server's) per line against curl's (the server's):
+                         # the wall-clock ratio on a machine loaded by others mostly measures our share of it
+                         "cpu_vs_curl": round(scpu_curl / max(1e-9, scpu + time.process_time() - cpu0), 3),
+                         "incidents": len(res.incidents), "loadavg_1m": os.getloadavg()[0],
+                         **({"fetched": res.summary["pushdown"]["lines_fetched"],
+                             "progress_summarised": res.summary["pushdown"]["progress_lines_summarised"]}
+                            if "pushdown" in res.summary else {})}
         out["same_incidents"] = len({repr(v) for v in incidents.values()}) == 1
     finally:
         srv.stop()

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import polars as pl
 
-__all__ = ["ADDRESS_LITERALS", "fill_gpu", "nccl_addresses", "subject_host"]
+__all__ = ["ADDRESS_LITERALS", "ENRICH_LITERALS", "fill_gpu", "nccl_addresses", "subject_host"]
 
 
 _ADDR_RE = (r"(?:^|\s)(?:(?P<h>[A-Za-z0-9_.-]+):\d+:\d+ \[\d+\] )?NCCL INFO "
@@ -19,6 +19,12 @@ _ADDR_RE = (r"(?:^|\s)(?:(?P<h>[A-Za-z0-9_.-]+):\d+:\d+ \[\d+\] )?NCCL INFO "
 # every line _ADDR_RE matches contains one of these (a cheap prefilter before the regex)
 ADDRESS_LITERALS = ("NCCL INFO Bootstrap : Using", "NCCL INFO NET/Socket : Using", "NCCL INFO NET/IB : Using ")
 
+# Substrings every line the engine reads beyond the rules contains: NCCL address lines (_ADDR_RE:
+# "NCCL INFO Bootstrap : Using ...", "NET/Socket : Using", "NET/IB : Using"), NCCL init lines with a
+# bus id (inventory._NCCL_BUS_RE: "busId") and NVML inventory lines (inventory.inventory_records:
+# messages starting "NVML gpu="). A reader that drops lines before parsing keeps lines with one of
+# these as well as those with a rule literal (detectors.literals.needed_literals(pack, ENRICH_LITERALS)).
+ENRICH_LITERALS = ("Bootstrap : Using", "NET/Socket : Using", "NET/IB : Using", "busId", "NVML gpu=")
 
 _NCCL_GPU_RE = r"^[A-Za-z0-9_.-]+:\d+:\d+ \[(\d+)\] NCCL "
 

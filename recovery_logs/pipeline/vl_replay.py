@@ -25,6 +25,7 @@ import collections
 import io
 import threading
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
@@ -33,12 +34,13 @@ import polars as pl
 from recovery_logs.detectors.literals import logsql_any, logsql_string, needed_literals
 from recovery_logs.detectors.rulepack import Rule, RulePack
 from recovery_logs.pipeline.engine import Engine, EnginePart
+from recovery_logs.pipeline.enrich import ENRICH_LITERALS
 from recovery_logs.pipeline.replay import ReplayOptions, ReplayResult, replay
 from recovery_logs.schema import EVENT_SCHEMA, FINDING_SCHEMA, conform, empty_findings, empty_quarantine
 from recovery_logs.sources.formats import VL_JOB_FIELDS, short_host
 from recovery_logs.sources.read_common import Batch, ReadOptions
 from recovery_logs.sources.victorialogs import VictoriaLogsClient
-from recovery_logs.sources.vl_history import history_batches_fast, line_counts, logsql_field
+from recovery_logs.sources.vl_history import history_batches_fast, line_counts, logsql_field, plan_slices
 from recovery_logs.timeutil import rfc3339_to_ns_expr
 from recovery_logs.windows import counted_spans, counted_windows, empty_spans, window_counts
 
@@ -47,12 +49,6 @@ __all__ = ["ENRICH_LITERALS", "ProgressSummary", "PushdownPlan", "plan_pushdown"
 
 NS = 1_000_000_000
 
-# Substrings every line the engine reads beyond the rules contains: NCCL address lines
-# (pipeline.enrich._ADDR_RE: "NCCL INFO Bootstrap : Using ...", "NET/Socket : Using", "NET/IB : Using"),
-# NCCL init lines with a bus id (inventory._NCCL_BUS_RE: "busId") and NVML inventory lines
-# (inventory.inventory_records: messages starting "NVML gpu="). tests/pipeline/test_vl_replay.py
-# checks each reader finds nothing in lines without them.
-ENRICH_LITERALS = ("Bootstrap : Using", "NET/Socket : Using", "NET/IB : Using", "busId", "NVML gpu=")
 
 
 _STEP_TIME_GROUPS = ("step_time_s", "step_time_ms", "it_per_s", "samples_per_s")
@@ -141,8 +137,9 @@ def progress_summaries(pack: RulePack) -> list[ProgressSummary]:
             if r.fields:     # constant fields (e.g. a step time) would need the line: not summarised
                 break
             others = sorted({x for o in pack.rules if o.id != r.id for x in o.literals} | set(ENRICH_LITERALS))
-            parts = [logsql_any(list(r.literals)), f"NOT {logsql_any(others)}", '_msg:~"^[\\\\x00-\\\\x7f]*$"',
-                     *(f"NOT {_regex(p)}" for p in r.patterns[:k]), _regex(r.patterns[k])]
+            # cheapest first: the server narrows the rows filter by filter
+            parts = [logsql_any(list(r.literals)), _regex(r.patterns[k]), *(f"NOT {_regex(p)}" for p in r.patterns[:k]),
+                     '_msg:~"^[\\\\x00-\\\\x7f]*$"', f"NOT {logsql_any(others)}"]
             out.append(ProgressSummary(r, k, "(" + " AND ".join(parts) + ")"))
             break
     return out
@@ -186,14 +183,20 @@ def plan_pushdown(pack: RulePack, query: str = "*", phrase: bool = True, progres
 
 
 def _progress_counts(client: VictoriaLogsClient, count_query: str, summ: ProgressSummary, start_ns: int, end_ns: int,
-                     bucket_ns: int, read: ReadOptions) -> pl.DataFrame:
+                     bucket_ns: int, read: ReadOptions, slices: list[tuple[int, int]] | None = None,
+                     workers: int = 2) -> pl.DataFrame:
+    """Per (host, job, step, window) of ``summ``'s lines: count (duplicates left out), first and
+    last time; one query per time slice (each stays under the server's query time limit), summed
+    over slices (a window cut by a slice boundary is merged by the consumers)."""
     host_fields, job_fields = tuple(read.host_fields), tuple(VL_JOB_FIELDS)
     fields = list(dict.fromkeys((*host_fields, *job_fields)))
     by = ", ".join([*(logsql_field(f) for f in fields), "step", f"_time:{int(bucket_ns)}ns"])
     uniq = "count_uniq(_stream_id, _time, rank, _msg)" if read.dedupe else "count()"
     q = (f"{_scoped(count_query, summ.where)} | extract_regexp {logsql_string(summ.pattern)} from _msg "
          f"| stats by ({by}) {uniq} as __n, min(_time) as __t0, max(_time) as __t1")
-    body = client.query_bytes(q, start_ns, end_ns)
+    with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
+        bodies = list(pool.map(lambda lh: client.query_bytes(q, lh[0], lh[1]), slices or [(start_ns, end_ns)]))
+    body = b"".join(bodies)
     schema = {**{f: pl.String for f in fields}, "step": pl.String, "_time": pl.String, "__n": pl.String,
               "__t0": pl.String, "__t1": pl.String}
     if not body.strip():
@@ -248,11 +251,13 @@ def replay_source(client: VictoriaLogsClient, query: str, start_ns: int, end_ns:
     bucket_ns = int(round(eng.config.window_s * 1e6)) * 1000      # windows truncate to whole µs
     box: dict[str, Any] = {}
 
+    slices = plan_slices(client, plan.count, start_ns, end_ns, slice_rows)
+
     def count() -> None:
         try:
-            box["counts"] = line_counts(client, plan.count, start_ns, end_ns, bucket_ns, read)
-            box["progress"] = [(p, _progress_counts(client, plan.count, p, start_ns, end_ns, bucket_ns, read))
-                               for p in plan.progress]
+            box["counts"] = line_counts(client, plan.count, start_ns, end_ns, bucket_ns, read, slices, workers)
+            box["progress"] = [(p, _progress_counts(client, plan.count, p, start_ns, end_ns, bucket_ns, read, slices,
+                                                    workers)) for p in plan.progress]
         except BaseException as exc:    # re-raised in the reading thread
             box["error"] = exc
 

@@ -4,12 +4,16 @@ change nothing (they are implied), on the rule examples and on them glued to oth
 
 from __future__ import annotations
 
+import re
 import sys
 import time
 
 from recovery_logs.detectors.literals import needed_literals, phrase_core, word_char
 from recovery_logs.detectors.rulepack import load_packs
-from recovery_logs.pipeline.vl_replay import ENRICH_LITERALS, plan_pushdown
+from recovery_logs.detectors.rules import match
+from recovery_logs.pipeline.enrich import ENRICH_LITERALS
+from recovery_logs.pipeline.vl_replay import plan_pushdown
+from recovery_logs.testing import make_events
 
 vlreal = sys.modules["recovery_logs_tests_vlreal"]
 NS, fmt_ns = vlreal.NS, vlreal.fmt_ns
@@ -40,8 +44,8 @@ def test_fetch_filter_keeps_every_rule_example_and_phrases_change_nothing(real_v
     while len(real_vl.query("* | fields i", start="3h")) < len(rows) and time.monotonic() < t_end:
         time.sleep(0.2)
     pack = load_packs()
-    with_phrase = plan_pushdown(pack, "*", phrase=True).fetch
-    plain = plan_pushdown(pack, "*", phrase=False).fetch
+    with_phrase = plan_pushdown(pack, "*", phrase=True, progress=False).fetch
+    plain = plan_pushdown(pack, "*", phrase=False, progress=False).fetch
     assert with_phrase and plain and with_phrase != plain
     got, got_plain = _ids(real_vl, with_phrase), _ids(real_vl, plain)
     assert {str(k) for k in range(len(must))} <= got            # every example of every rule is fetched
@@ -49,6 +53,21 @@ def test_fetch_filter_keeps_every_rule_example_and_phrases_change_nothing(real_v
     lits = needed_literals(pack, ENRICH_LITERALS) or ()
     want = {str(k) for k, t in enumerate(texts) if any(x in t for x in lits)}
     assert got == want                                           # exactly the lines with a needed literal
+    # with progress summaries: the summarised lines and the fetched ones partition those lines, and
+    # on every summarised line the engine's matcher picks that rule and pattern (a step, no step time)
+    plan = plan_pushdown(pack, "*")
+    assert plan.progress and plan.fetch
+    fetched = _ids(real_vl, plan.fetch)
+    for p in plan.progress:
+        summed = _ids(real_vl, p.where)
+        assert summed and not summed & fetched
+        fetched |= summed
+        msgs = [re.sub(r"^\[rank\d+\]:\s?", "", texts[int(k)]) for k in sorted(summed, key=int)]
+        found = match(make_events([{"message": m} for m in msgs]), pack)
+        assert found.height == len(msgs)
+        assert set(found["rule_id"]) == {p.rule.id} and found["step"].null_count() == 0
+        assert found["step_time_s"].null_count() == len(msgs)
+    assert fetched == got
 
 
 def test_phrase_filter_semantics_the_cores_rely_on(real_vl):
