@@ -91,6 +91,7 @@ def register(app: typer.Typer) -> None:
         pushdown: Annotated[bool, typer.Option(
             "--pushdown/--no-pushdown", help="--source: the server counts lines per window and sends only the "
             "lines a rule can match (default); --no-pushdown reads every row")] = True,
+        explain: Annotated[bool, typer.Option("--explain", help="--source: print the LogsQL sent and exit")] = False,
         start: Annotated[str | None, typer.Option("--start", help="RFC3339 start (with --source)")] = None,
         end: Annotated[str | None, typer.Option("--end", help="RFC3339 end (with --source)")] = None,
         width: Annotated[int | None, typer.Option("--width", help="terminal width for the report")] = None,
@@ -147,6 +148,14 @@ def register(app: typer.Typer) -> None:
 
             conn = vl_connection(source, vl_user, vl_password_file, vl_password_env, vl_token_file, vl_token_env,
                                  vl_ca, vl_insecure, vl_account, vl_project, extra_filter)
+            if explain:
+                from recovery_logs.detectors.rulepack import load_packs
+                from recovery_logs.pipeline.vl_replay import plan_pushdown
+
+                plan = plan_pushdown(load_packs(cfg.rules_dir), query)
+                lines = plan.explain() if pushdown else [f"fetch: {query}"]
+                typer.echo("\n".join([f"# {conn.url}  {start} .. {end}", *lines]))
+                return
             client = VictoriaLogsClient(conn, read_timeout=120.0)
             t0_ns, t1_ns = iso_to_ns(start), iso_to_ns(end)
             from_source = True
