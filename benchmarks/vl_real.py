@@ -453,8 +453,8 @@ def phase_replay(args, tmp: Path) -> dict:
         out: dict = {"rows": lines, "curl_s": round(t_curl, 2), "curl_bytes": int(curl.stdout or 0),
                      "curl_lines_s": int(lines / t_curl), "curl_server_cpu_s": round(scpu_curl, 2),
                      "loadavg_1m": os.getloadavg()[0]}
-        runs = [("pushdown", dict(pushdown=True)), ("pushdown_no_progress", dict(pushdown=True, progress=False)),
-                ("pushdown_no_phrase", dict(pushdown=True, phrase=False, progress=False))]
+        runs = [("pushdown", dict(pushdown=True)), ("pushdown_progress", dict(pushdown=True, progress=True)),
+                ("pushdown_phrase", dict(pushdown=True, phrase=True))]
         if not args.replay_skip_full:
             runs.append(("full_read", dict(pushdown=False)))
         incidents = {}

@@ -91,6 +91,9 @@ def register(app: typer.Typer) -> None:
         pushdown: Annotated[bool, typer.Option(
             "--pushdown/--no-pushdown", help="--source: the server counts lines per window and sends only the "
             "lines a rule can match (default); --no-pushdown reads every row")] = True,
+        pushdown_progress: Annotated[bool, typer.Option(
+            "--pushdown-progress", help="--source: the server also summarises training-progress lines without a "
+            "step time (less for us to read, more for the server to scan)")] = False,
         explain: Annotated[bool, typer.Option("--explain", help="--source: print the LogsQL sent and exit")] = False,
         start: Annotated[str | None, typer.Option("--start", help="RFC3339 start (with --source)")] = None,
         end: Annotated[str | None, typer.Option("--end", help="RFC3339 end (with --source)")] = None,
@@ -152,7 +155,7 @@ def register(app: typer.Typer) -> None:
                 from recovery_logs.detectors.rulepack import load_packs
                 from recovery_logs.pipeline.vl_replay import plan_pushdown
 
-                plan = plan_pushdown(load_packs(cfg.rules_dir), query)
+                plan = plan_pushdown(load_packs(cfg.rules_dir), query, progress=pushdown_progress)
                 lines = plan.explain() if pushdown else [f"fetch: {query}"]
                 typer.echo("\n".join([f"# {conn.url}  {start} .. {end}", *lines]))
                 return
@@ -176,7 +179,7 @@ def register(app: typer.Typer) -> None:
 
                 res = replay_sharded(names, ropts, workers=workers, address=ray_address)
             elif source:
-                res = replay_source(client, query, t0_ns, t1_ns, ropts, pushdown=pushdown)
+                res = replay_source(client, query, t0_ns, t1_ns, ropts, pushdown=pushdown, progress=pushdown_progress)
             else:
                 res = replay(names, ropts)
         _emit(res, as_json, width)

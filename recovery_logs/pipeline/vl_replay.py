@@ -170,7 +170,7 @@ def _scoped(query: str, flt: str) -> str:
     return flt if q in ("", "*") else f"({q}) AND {flt}"
 
 
-def plan_pushdown(pack: RulePack, query: str = "*", phrase: bool = True, progress: bool = True) -> PushdownPlan:
+def plan_pushdown(pack: RulePack, query: str = "*", phrase: bool = False, progress: bool = False) -> PushdownPlan:
     lits = needed_literals(pack, ENRICH_LITERALS)
     count = query.strip() or "*"
     if lits is None:
@@ -237,9 +237,15 @@ def progress_findings(counts: pl.DataFrame, rule: Rule, seq_start: int) -> pl.Da
 
 def replay_source(client: VictoriaLogsClient, query: str, start_ns: int, end_ns: int,
                   options: ReplayOptions | None = None, pushdown: bool = True, slice_rows: int = 250_000,
-                  workers: int = 2, phrase: bool = True, progress: bool = True) -> ReplayResult:
+                  workers: int = 2, phrase: bool = False, progress: bool = False) -> ReplayResult:
     """Replay ``[start, end]`` of ``query`` from a VictoriaLogs server (``pushdown=False``: read
-    every row, as ``history_batches_fast`` does; ``progress=False``: fetch progress lines too)."""
+    every row, as ``history_batches_fast`` does).
+
+    ``progress``: let the server summarise progress lines without a step time (off by default:
+    on the 2-core benchmark machine it cut our CPU 5x but cost the server 4x more than it saved
+    us — the exclusion of every other rule's literals is a scan per literal; worth it where the
+    server has cores to spare). ``phrase``: AND the literals' phrase cores in front of their
+    regexps (same lines; no server CPU saved in the benchmark, so off by default)."""
     opts = options or ReplayOptions()
     read = opts.read or ReadOptions()
     eng = Engine(opts.config)

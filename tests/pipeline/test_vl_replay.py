@@ -32,12 +32,12 @@ def test_anchors_inside_character_classes_do_not_count():
 
 
 def test_plan_summarises_step_loss_lines_and_leaves_them_out_of_the_fetch():
-    plan = plan_pushdown(load_packs(), '{unit="train"}')
+    plan = plan_pushdown(load_packs(), '{unit="train"}', progress=True)
     assert [p.rule.id for p in plan.progress] == ["progress.step_loss"]
     assert plan.fetch and plan.fetch.startswith('({unit="train"}) AND ') and "AND NOT (" in plan.fetch
     assert plan.progress[0].where in plan.fetch
     assert len(plan.explain()) == 3
-    assert plan_pushdown(load_packs(), progress=False).progress == ()
+    assert plan_pushdown(load_packs()).progress == ()
 
 
 def test_progress_findings_carry_counts_first_and_last_times():
@@ -69,7 +69,7 @@ def test_enrichment_reads_nothing_from_lines_without_its_literals():
 
 def test_replay_source_explain_prints_the_logsql_and_contacts_nothing(capsys):
     code = main(["replay", "--source", "victorialogs://127.0.0.1:9", "--start", "2026-12-01T00:00:00Z",
-                 "--end", "2026-12-01T01:00:00Z", "--explain"])
+                 "--end", "2026-12-01T01:00:00Z", "--pushdown-progress", "--explain"])
     out = capsys.readouterr().out
     assert code == 0
     assert "count: *" in out and 'fetch: (' in out and "progress progress.step_loss:" in out

@@ -148,7 +148,8 @@ def test_replay_source_pushdown_equals_replay_of_the_lines(real_vl, tmp_path, sc
     path.write_text("".join(json.dumps(r) + "\n" for r in sorted(rows, key=lambda r: vl_time_ns(r["_time"]))))
     ref = replay([str(path)], ReplayOptions(read=ReadOptions(fmt="vl-jsonl")))
     client = VictoriaLogsClient(real_vl.url)
-    res = replay_source(client, "*", end - 3600 * NS, end, ReplayOptions(), slice_rows=max(10, len(rows) // 5))
+    res = replay_source(client, "*", end - 3600 * NS, end, ReplayOptions(), slice_rows=max(10, len(rows) // 5),
+                        progress=True, phrase=True)
     pd = res.summary["pushdown"]
     assert pd["lines_counted"] == ref.summary["events"] == res.summary["events"]
     assert res.summary["duplicates"] == ref.summary["duplicates"] > 0     # the simulator re-sends some lines
@@ -163,3 +164,6 @@ def test_replay_source_pushdown_equals_replay_of_the_lines(real_vl, tmp_path, sc
     assert_frame_equal(res.engine.spans, ref.engine.spans)
     full = replay_source(client, "*", end - 3600 * NS, end, ReplayOptions(), pushdown=False)
     assert [{k: i.to_dict()[k] for k in KEYS} for i in full.incidents] == want
+    default = replay_source(client, "*", end - 3600 * NS, end, ReplayOptions())   # no progress summaries, no phrases
+    assert default.summary["pushdown"]["progress_lines_summarised"] == 0
+    assert [{k: i.to_dict()[k] for k in KEYS} for i in default.incidents] == want

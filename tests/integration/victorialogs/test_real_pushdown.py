@@ -55,7 +55,7 @@ def test_fetch_filter_keeps_every_rule_example_and_phrases_change_nothing(real_v
     assert got == want                                           # exactly the lines with a needed literal
     # with progress summaries: the summarised lines and the fetched ones partition those lines, and
     # on every summarised line the engine's matcher picks that rule and pattern (a step, no step time)
-    plan = plan_pushdown(pack, "*")
+    plan = plan_pushdown(pack, "*", progress=True)
     assert plan.progress and plan.fetch
     fetched = _ids(real_vl, plan.fetch)
     for p in plan.progress:
