@@ -156,7 +156,7 @@ def register(app: typer.Typer) -> None:
                 from recovery_logs.pipeline.vl_replay import plan_pushdown
 
                 plan = plan_pushdown(load_packs(cfg.rules_dir), query, progress=pushdown_progress)
-                lines = plan.explain() if pushdown else [f"fetch: {query}"]
+                lines = plan.explain() if pushdown and not cfg.line_scores else [f"fetch: {query}"]
                 typer.echo("\n".join([f"# {conn.url}  {start} .. {end}", *lines]))
                 return
             client = VictoriaLogsClient(conn, read_timeout=120.0)

@@ -35,7 +35,7 @@ from recovery_logs.detectors.literals import logsql_any, logsql_string, needed_l
 from recovery_logs.detectors.rulepack import Rule, RulePack
 from recovery_logs.pipeline.engine import Engine, EnginePart
 from recovery_logs.pipeline.enrich import ENRICH_LITERALS
-from recovery_logs.pipeline.replay import ReplayOptions, ReplayResult, replay
+from recovery_logs.pipeline.replay import ReplayOptions, ReplayResult, replay, resolve_line_scores
 from recovery_logs.schema import EVENT_SCHEMA, FINDING_SCHEMA, conform, empty_findings, empty_quarantine
 from recovery_logs.sources.formats import VL_JOB_FIELDS, short_host
 from recovery_logs.sources.read_common import Batch, ReadOptions
@@ -246,11 +246,11 @@ def replay_source(client: VictoriaLogsClient, query: str, start_ns: int, end_ns:
     us — the exclusion of every other rule's literals is a scan per literal; worth it where the
     server has cores to spare). ``phrase``: AND the literals' phrase cores in front of their
     regexps (same lines; no server CPU saved in the benchmark, so off by default)."""
-    opts = options or ReplayOptions()
+    opts = resolve_line_scores(options or ReplayOptions())
     read = opts.read or ReadOptions()
     eng = Engine(opts.config)
     plan = plan_pushdown(eng.pack, query, phrase=phrase, progress=progress)
-    if not pushdown or plan.fetch is None:
+    if not pushdown or plan.fetch is None or eng.config.line_scores:   # line scores need every line's template
         return replay([], opts, batches=history_batches_fast(client, query, start_ns, end_ns, read,
                                                              slice_rows=slice_rows, workers=workers), engine=eng)
     eng.count_lines = False

@@ -8,11 +8,14 @@ import re
 import sys
 import time
 
+from recovery_logs.config import EngineConfig
 from recovery_logs.detectors.literals import needed_literals, phrase_core, word_char
 from recovery_logs.detectors.rulepack import load_packs
 from recovery_logs.detectors.rules import match
 from recovery_logs.pipeline.enrich import ENRICH_LITERALS
-from recovery_logs.pipeline.vl_replay import plan_pushdown
+from recovery_logs.pipeline.replay import ReplayOptions
+from recovery_logs.pipeline.vl_replay import plan_pushdown, replay_source
+from recovery_logs.sources.victorialogs import VictoriaLogsClient
 from recovery_logs.testing import make_events
 
 vlreal = sys.modules["recovery_logs_tests_vlreal"]
@@ -93,3 +96,17 @@ def test_phrase_filter_semantics_the_cores_rely_on(real_vl):
         q = '_msg:"' + phrase.replace('"', '\\"') + '"'
         assert _ids(real_vl, q) == {str(k) for k, t in enumerate(texts) if ref(t, phrase)}, phrase
     assert phrase_core("elapsed time per iteration") == "time per"
+
+
+def test_line_scores_on_turn_the_pushdown_off(real_vl):
+    """Line scores need every line's template: with them on, replay --source reads every row."""
+    now = time.time_ns() - 60 * NS
+    real_vl.ingest([{"_time": fmt_ns(now + k * NS), "host": "h", "unit": "t", "_msg": f"hello {k}"} for k in range(20)])
+    t_end = time.monotonic() + 10
+    while len(real_vl.query("*", start="3h")) < 20 and time.monotonic() < t_end:
+        time.sleep(0.2)
+    client = VictoriaLogsClient(real_vl.url)
+    on = replay_source(client, "*", now - NS, now + 30 * NS, ReplayOptions(config=EngineConfig(line_scores=True)))
+    off = replay_source(client, "*", now - NS, now + 30 * NS, ReplayOptions())
+    assert "pushdown" not in on.summary and on.summary["events"] == 20
+    assert off.summary["pushdown"]["lines_fetched"] == 0 and off.summary["events"] == 20
