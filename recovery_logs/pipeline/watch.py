@@ -60,11 +60,9 @@ from typing import TYPE_CHECKING, Any
 import polars as pl
 
 from recovery_logs.config import EngineConfig
-from recovery_logs.detectors.literals import logsql_any, needed_literals
 from recovery_logs.errors import ConfigError, RecoveryLogsError, SourceError, VictoriaLogsError
 from recovery_logs.pipeline.cursor import WatchCursor, cursor_name
 from recovery_logs.pipeline.engine import Engine
-from recovery_logs.pipeline.enrich import ENRICH_LITERALS
 from recovery_logs.records import Incident
 from recovery_logs.source_health import SourceHealth, health_incidents
 from recovery_logs.sources.files import events_from_vl_records
@@ -339,11 +337,9 @@ class Watcher:
     def prepare(self) -> Watcher:
         """The queries and fields the watch will send (no network): ``--explain`` prints them."""
         if self.vl_url is not None and self.query is None:
-            # the literals replay --source fetches by (detectors.literals), as substring regexps;
             # line scores need every line's template: the rule prefilter would hide the lines they score
-            lits = (needed_literals(self.engine.pack, ENRICH_LITERALS)
-                    if self.options.prefilter and not self.engine.config.line_scores else None)
-            pre = logsql_any(lits, phrase=False) if lits else None
+            pre = (self.engine.pack.logsql_prefilter()
+                   if self.options.prefilter and not self.engine.config.line_scores else None)
             if pre and pre != "*":   # the NVML agent's inventory lines feed the GPU inventory, not a rule
                 pre = f'({pre} OR {INVENTORY_FILTER})'
             self.query = compose_query(self.options.query, pre)
