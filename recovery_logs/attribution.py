@@ -239,6 +239,17 @@ def _peer_addr(peer: str) -> str:
     return p.removeprefix("::ffff:")
 
 
+def rank_key(i: Incident) -> tuple[Any, ...]:
+    """The order of ranked incidents (a total order: the id breaks ties). A confirmed hardware cause
+    that cascaded to other nodes comes first, whatever the confidence of single-line incidents; an
+    unconfirmed incident (the culprit's only evidence is a claim, or a suspect without its own fault
+    line) ranks below a confirmed one of the same severity; an anomaly ("unlike anything seen before")
+    below a named failure of the same severity. ``pipeline.scale`` merges sharded results by it."""
+    return (not (i.confirmed and i.category in HARDWARE_CATEGORIES and len(i.nodes) > 1),
+            -SEVERITY_RANK.get(i.severity, 0), not i.confirmed,
+            i.category == Category.ANOMALY.value, -i.confidence, i.first_seen, i.id)
+
+
 def _confidence(cands: list[tuple[Candidate, Row | None]]) -> float:
     s1 = cands[0][0].score
     s2 = cands[1][0].score if len(cands) > 1 else 0.0
@@ -284,13 +295,8 @@ class Attributor:
             inc = self._one(group, part, job_hosts, addr_hosts, escal)
             if inc is not None:
                 out.append(inc)
-        # A confirmed hardware cause that cascaded to other nodes comes first, whatever the confidence
-        # of single-line incidents; an unconfirmed incident (the culprit's only evidence is a claim, or a
-        # suspect without its own fault line) ranks below a confirmed one of the same severity; an
-        # anomaly ("unlike anything seen before") below a named failure of the same severity.
-        out.sort(key=lambda i: (not (i.confirmed and i.category in HARDWARE_CATEGORIES and len(i.nodes) > 1),
-                                -SEVERITY_RANK.get(i.severity, 0), not i.confirmed,
-                                i.category == Category.ANOMALY.value, -i.confidence, i.first_seen, i.id))
+        # ranked by rank_key (a confirmed cascading hardware cause first, ...)
+        out.sort(key=rank_key)
         return out
 
     def _one(self, group: str, part: pl.DataFrame, job_hosts: dict[str, set[str]],

@@ -18,7 +18,7 @@ from typing import Any
 
 import polars as pl
 
-from recovery_logs.attribution import Attributor
+from recovery_logs.attribution import Attributor, rank_key
 from recovery_logs.config import EngineConfig
 from recovery_logs.detectors.anomaly import AnomalyDetector
 from recovery_logs.detectors.base import DetectContext, Detector
@@ -126,6 +126,7 @@ class Engine:
         self.addr_hosts: dict[str, str] = {}
         self._addr_first: dict[str, int] = {}
         self.max_time_ns: int | None = None
+        self.min_time_ns: int | None = None   # earliest event time fed (kept through compaction)
         self.watermark_ns: int | None = None
         self.closed_ns: int | None = None     # every source delivered up to here (None: the watermark)
         self.floods: dict[tuple[Any, ...], list[int]] = {}   # compacted flood rows: key -> [n, first, last]
@@ -202,6 +203,10 @@ class Engine:
             self.inventory.update(part.gpus)
         if part.lines is not None:
             self.line_stats = self.line_stats.merge(part.lines, LINE_SCORE_PARAMS)
+        if part.windows.height:
+            tmin = part.windows.select(pl.col("first_time").min().dt.epoch("ns")).item()
+            if tmin is not None:
+                self.min_time_ns = tmin if self.min_time_ns is None else min(self.min_time_ns, tmin)
         tmax = part.max_time_ns
         if tmax is not None:
             self.max_time_ns = tmax if self.max_time_ns is None else max(self.max_time_ns, tmax)
@@ -370,15 +375,21 @@ class Engine:
 
     def incidents(self, decision: str = RECORD_ONLY) -> list[Incident]:
         """Ranked incidents (most important first) with their proposed actions."""
+        return [i for _, i in self.ranked_incidents(decision)]
+
+    def ranked_incidents(self, decision: str = RECORD_ONLY) -> list[tuple[tuple[Any, ...], Incident]]:
+        """``incidents()`` with each one's ranking key (``attribution.rank_key``, taken before the
+        accounting annotation): results judged apart (``pipeline.scale``) merge into this order."""
         f = fill_gpus(self.all_findings(), self.inventory)
         if self.allocations is not None and self.allocations.height:
             f = tag_attempts(fill_jobs(f, self.allocations, self.inventory), self.allocations)
         incs = self.attributor.incidents(f, self.spans, self.addr_hosts)
+        keys = [rank_key(i) for i in incs]
         incs = annotate(incs, self.allocations, self.inventory, self.spans, self.config.job_span_grace_s)
         if self.floods:
             incs = [self._add_floods(i) for i in incs]
 
-        return [replace(i, actions=plan(i, self.config, decision)) for i in incs]
+        return [(k, replace(i, actions=plan(i, self.config, decision))) for k, i in zip(keys, incs, strict=True)]
 
 
 __all__ = ["Engine", "EnginePart", "default_detectors"]

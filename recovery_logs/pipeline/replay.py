@@ -199,8 +199,9 @@ def _accounting_frame(acc: Any, eng: Engine) -> pl.DataFrame:
 
 
 def _summary(stats: Counter[str], eng: Engine, incidents: list[Incident], q: pl.DataFrame) -> dict[str, Any]:
-    f = eng.findings
-    first = eng.windows.select(pl.col("first_time").min().dt.epoch("ns")).item() if eng.windows.height else None
+    # counts and first time that do not depend on when progress rows were compacted (batch sizes,
+    # or shards in pipeline.scale): every rule finding matched, the earliest event fed
+    first = eng.min_time_ns
     return {
         "files": int(stats.get("files", 0)),
         "lines": int(stats.get("lines", 0)),
@@ -212,7 +213,7 @@ def _summary(stats: Counter[str], eng: Engine, incidents: list[Incident], q: pl.
         "truncated": int(stats.get("truncated", 0)),
         "multiline_joined": int(stats.get("multiline_joined", 0)),
         "time_inferred": int(stats.get("time_inferred", 0)),
-        "findings": int(f.height),
+        "findings": int(eng.stats["findings"]),
         "incidents": len(incidents),
         "drain_proposals": sum(1 for i in incidents for a in i.actions if a.kind == "drain_node"),
         "first_event": ns_to_iso(first),
