@@ -30,7 +30,7 @@ from recovery_logs.textsafe import json_dumps
 from recovery_logs.timeutil import ns_to_iso
 
 __all__ = ["COALESCE_ROWS", "QUARANTINE_KEYS", "QuarantineKeeper", "ReplayOptions", "ReplayResult", "finish_replay",
-           "replay", "resolve_line_scores"]
+           "replay", "replay_summary", "resolve_line_scores"]
 
 
 @dataclass(frozen=True)
@@ -174,7 +174,7 @@ def finish_replay(eng: Engine, stats: Counter[str], keeper: QuarantineKeeper, pa
         stats["accounting_rows"] = eng.allocations.height if eng.allocations is not None else 0
     incidents = eng.incidents(RECORD_ONLY)
     q = keeper.frame()
-    summary = _summary(stats, eng, incidents, q)
+    summary = replay_summary(stats, eng, incidents, q)
     summary["quarantine_not_kept"] = int(sum(keeper.dropped.values()))
     res = ReplayResult(summary=summary, incidents=incidents, quarantine=q, engine=eng,
                        elapsed_s=time.perf_counter() - t0)
@@ -198,7 +198,8 @@ def _accounting_frame(acc: Any, eng: Engine) -> pl.DataFrame:
     return load_accounting(acc)
 
 
-def _summary(stats: Counter[str], eng: Engine, incidents: list[Incident], q: pl.DataFrame) -> dict[str, Any]:
+def replay_summary(stats: Counter[str], eng: Engine, incidents: list[Incident], q: pl.DataFrame) -> dict[str, Any]:
+    """The ``summary`` of a replay: read counters, the engine's totals, the incidents'."""
     # counts and first time that do not depend on when progress rows were compacted (batch sizes,
     # or shards in pipeline.scale): every rule finding matched, the earliest event fed
     first = eng.min_time_ns

@@ -1,24 +1,47 @@
-"""Replay at fleet scale: the reading and rule matching spread over Ray workers, one engine.
+"""Replay at fleet scale on Ray: each worker judges what attribution needs to see together.
 
 ``replay_sharded(paths, options, workers=N | address=ADDR)`` gives the same ``ReplayResult`` as
 ``replay.replay`` (same summary, incidents, ids, evidence and order; tested on the simulator's
-scenarios and on a mixed multi-job day), because it splits only what is associative:
+scenarios, on a mixed multi-job day and on layouts built to cut across shards). Two ways:
 
-* **shards** are contiguous runs of the input files in reading order (balanced by bytes, about two
-  per worker). A file is never split, so multi-line records, per-file time inference and
-  out-of-order checks are as in one process;
-* each **worker** reads its files and runs ``Engine.partial`` — rule matching, window counts,
-  (host, job) spans, NCCL addresses: functions of the events alone — and returns the merged
-  ``EnginePart``, its counters and its (capped) quarantine;
-* the **driver** shifts each part's ``seq`` by the events of the shards before it (so ``seq`` is
-  the global reading order, as in one process), folds the parts into one ``Engine`` in shard order
-  and runs what needs everything together — behavioural detectors, attribution across all nodes of
-  a job (a Slurm allocation's nodes are never judged apart), ranking, planning — once.
+**By allocation** (the default). ``pipeline.shard_plan`` packs the input into one bin per worker
+such that all nodes of a Slurm allocation, every job that ran on a node, and a node outside any
+job, are each in one bin (union-find over the host and job each path names, and over the
+accounting frame when ``--accounting`` gives one); the controller log (``slurmctld``) is read by
+every bin. Each bin runs on a Ray actor in two steps:
 
-Known difference: an exact duplicate line (same host, time, message and raw text) in two files of
-different shards is kept twice; one process keeps the first. Duplicates come from forwarders
-re-sending into the same file, so this does not arise in the layouts we read; it is counted in the
-summary (``duplicates``) either way.
+1. **read**: the whole engine (``Engine.partial`` + ``absorb``: rules, windows, spans, addresses)
+   over its files, read in reading order; ``seq`` is rewritten to (file's place in the global
+   reading order, place in the file), so ties order as in one process. It returns what the driver
+   needs to check and to set the clock: the hosts and jobs its own data touched, its NCCL address
+   bindings, its first and last event time;
+2. **judge**, with the *global* context the driver sends back: the last event time of the whole
+   input (the watermark: a hang at the end of one job is decided as in one process), every NCCL
+   address binding (an IP named as a failing peer resolves to the host another bin's log bound
+   it to), and the accounting frame (for ``--accounting sacct``, asked once for the whole range).
+   Detectors, attribution and ranking run as in one process; it returns the ranked incidents
+   with their ranking keys (``attribution.rank_key``).
+
+The driver checks, then merges. A bin whose own data touched a host or a job id of another bin
+(a job id only a line names, an exact duplicate line across bins, a job accounting puts on another
+bin's node), or an incident that names a node (culprit, candidate, evidence) or a job another bin
+owns, is **not trusted**: those bins are merged and read and judged again together — the result is
+never a different answer, only a slower one. Each incident is taken from the bin that owns its scope
+(job, else host; the controller log's own from the first bin), and the lists are merged by the
+ranking key: the single-process order. Counters add up (the controller log's once), quarantine is
+re-ordered to the global reading order and capped again per reason.
+
+**Read-parallel** (as before): where the plan cannot spread the work (one allocation holds more
+than 3/4 of the bytes, e.g. one 1,024-node job) or report files are asked for (``out_dir``: the
+HTML timeline and the findings table need every progress finding in one engine), the files are cut
+into contiguous runs; workers read and match (``Engine.partial``), the driver folds the parts in
+order and judges everything once.
+
+The result's ``engine`` after a replay by allocation holds the merged windows, spans, addresses and
+non-progress findings, with the detectors' findings materialised (the progress lines stayed on the
+workers). Known difference in both ways: an exact duplicate line (same host, time, message and
+raw text) in files of different bins is kept twice (one process keeps the first); by allocation it
+also makes the bins meet (same host), so they are judged together, but read apart.
 
 Ray is optional (``pip install 'recovery-logs[scale]'``): ``--workers N`` starts a local Ray with N
 CPUs, ``--ray-address ADDR`` joins an existing cluster (every node needs recovery-logs installed and
@@ -30,12 +53,13 @@ from __future__ import annotations
 import time
 from collections import Counter
 from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 import polars as pl
 
-from recovery_logs.errors import ConfigError
+from recovery_logs.errors import ConfigError, InputError
 from recovery_logs.pipeline.engine import Engine, EnginePart
 from recovery_logs.pipeline.outputs import prepare_out_dir
 from recovery_logs.pipeline.replay import (
@@ -44,12 +68,26 @@ from recovery_logs.pipeline.replay import (
     ReplayOptions,
     ReplayResult,
     finish_replay,
+    replay_summary,
     resolve_line_scores,
 )
+from recovery_logs.pipeline.shard_plan import (
+    AllocationPlan,
+    BinKeys,
+    conflicts,
+    owners_map,
+    plan_allocations,
+    scope_key,
+)
+from recovery_logs.records import Incident
+from recovery_logs.remediation.plan import RECORD_ONLY
+from recovery_logs.schema import PROGRESS_CATEGORY, empty_findings
+from recovery_logs.sources.accounting import load_accounting, sacct_range
 from recovery_logs.sources.archive import is_archive
 from recovery_logs.sources.files import ReadOptions, expand_paths, iter_batches
+from recovery_logs.windows import empty_spans, empty_windows, merge_spans, merge_windows
 
-__all__ = ["plan_shards", "replay_part", "replay_sharded"]
+__all__ = ["BinWorker", "plan_shards", "replay_part", "replay_sharded"]
 
 
 def plan_shards(paths: Sequence[str | Path], n: int) -> tuple[list[list[str]], int]:
@@ -116,20 +154,320 @@ def _ray(workers: int | None, address: str | None) -> Any:
     return ray
 
 
+
+
+# -- by allocation ---------------------------------------------------------------------------------
+SEQ_SHIFT = 32           # seq = (file's place in the global reading order) << 32 | place in the bin's reading
+GIANT_SHARE = 0.75       # one bin with more than this share of the bytes: read in parallel, judge on the driver
+
+
+@dataclass
+class _Side:
+    """What one side (the bin's own files, or the shared controller log) of a bin read."""
+
+    stats: Counter[str] = field(default_factory=Counter)
+    keeper: QuarantineKeeper | None = None
+    windows: pl.DataFrame = field(default_factory=empty_windows)
+    spans: pl.DataFrame = field(default_factory=empty_spans)
+    gpus: list[Any] = field(default_factory=list)
+    events: int = 0
+    findings: int = 0
+
+
+class BinWorker:
+    """One bin on a Ray actor: ``read`` into a whole Engine, then ``judge`` at the global context."""
+
+    def __init__(self, own: list[str], shared: list[str], ranks: dict[str, int], read: ReadOptions,
+                 config: Any, cap: int) -> None:
+        self.own, self.shared, self.ranks = own, shared, ranks
+        self.read_opts, self.cap = read, cap
+        self.eng = Engine(config)
+        self.sides = {"own": _Side(keeper=QuarantineKeeper(cap)), "shared": _Side(keeper=QuarantineKeeper(cap))}
+        self.keys = BinKeys()
+        self.shared_hosts: set[str] = set()
+        self.addresses: dict[str, tuple[int, str]] = {}
+
+    def _feed(self, ev: pl.DataFrame, side: str) -> None:
+        eng, sd = self.eng, self.sides[side]
+        p = eng.partial(ev)
+        if p.findings.height:
+            rank = pl.col("file").replace_strict(self.ranks, default=0, return_dtype=pl.Int64)
+            p = replace(p, findings=p.findings.with_columns((rank * (1 << SEQ_SHIFT) + pl.col("seq")).alias("seq")))
+        eng.absorb(p)
+        sd.windows = merge_windows(sd.windows, p.windows)
+        sd.spans = merge_spans(sd.spans, p.spans)
+        sd.gpus += p.gpus
+        sd.events += p.events
+        sd.findings += p.findings.height
+        for ip, th in p.addresses.items():
+            if ip not in self.addresses or th < self.addresses[ip]:
+                self.addresses[ip] = th
+        if side == "own":
+            for frame in (p.findings, p.windows, p.spans):
+                self.keys.add(frame)
+            self.keys.add_unscoped(p.findings)
+        else:
+            self.shared_hosts.update(ev.get_column("host").drop_nulls().unique().to_list())
+
+    def read(self) -> dict[str, Any]:
+        for side, files in (("own", self.own), ("shared", self.shared)):
+            if not files:
+                continue
+            sd = self.sides[side]
+            pending: list[pl.DataFrame] = []
+            rows = 0
+            for b in iter_batches(files, self.read_opts, all_unreadable_raises=False):
+                sd.stats.update(b.stats)
+                assert sd.keeper is not None
+                sd.keeper.add(b.quarantine)
+                if b.events.height:
+                    pending.append(b.events)
+                    rows += b.events.height
+                    if rows >= COALESCE_ROWS:
+                        self._feed(pl.concat(pending), side)
+                        pending, rows = [], 0
+            if pending:
+                self._feed(pl.concat(pending), side)
+        return {"keys": self.keys, "shared_hosts": self.shared_hosts, "addresses": self.addresses,
+                "max_time_ns": self.eng.max_time_ns, "min_time_ns": self.eng.min_time_ns,
+                "stats": self.sides["own"].stats}
+
+    def judge(self, watermark_ns: int | None, addresses: dict[str, tuple[int, str]],
+              allocations: pl.DataFrame | None) -> dict[str, Any]:
+        eng = self.eng
+        eng.absorb(EnginePart(empty_findings(), empty_windows(), empty_spans(), addresses, None, 0))
+        if watermark_ns is not None:
+            eng.advance(watermark_ns)
+        if allocations is not None:
+            eng.set_accounting(allocations)
+        ranked = eng.ranked_incidents(RECORD_ONLY)
+        f = eng.findings.filter(pl.col("category") != PROGRESS_CATEGORY)
+        out: dict[str, Any] = {"ranked": ranked, "detector": eng.detector_findings()}
+        for side, files in (("own", self.own), ("shared", self.shared)):
+            sd = self.sides[side]
+            assert sd.keeper is not None
+            out[side] = {"findings": f.filter(pl.col("file").is_in(files)), "windows": sd.windows, "spans": sd.spans,
+                         "gpus": sd.gpus, "events": sd.events, "findings_n": sd.findings, "stats": sd.stats,
+                         "quarantine": sd.keeper.frame(), "dropped": sd.keeper.dropped}
+        return out
+
+
+@dataclass
+class _Bin:
+    files: list[int]
+    actor: Any = None
+    info: dict[str, Any] | None = None
+    judged: dict[str, Any] | None = None
+
+
+def _incident_conflicts(bins: list[_Bin], owners: dict[str, int]) -> tuple[list[tuple[Any, Incident, int]],
+                                                                          list[set[int]]]:
+    """(key, incident, bin) taken from the bin that owns each one, and the groups of bins an incident
+    ties together (it names a node or job that another bin owns)."""
+    first = 0
+    taken: list[tuple[Any, Incident, int]] = []
+    meets: list[set[int]] = []
+    for b, bn in enumerate(bins):
+        assert bn.judged is not None
+        for key, inc in bn.judged["ranked"]:
+            o = owners.get(scope_key(inc.scope))
+            if o is None and inc.node:
+                o = owners.get("h:" + inc.node)
+            if (first if o is None else o) != b:
+                continue
+            names = ([f"h:{h}" for h in {inc.node, *inc.nodes, *(c.node for c in inc.candidates)} if h]
+                     + [f"j:{j}" for j in {inc.job_id, *inc.jobs} if j])
+            other = {owners[n] for n in names if n in owners and owners[n] != b}
+            if other:
+                meets.append({b, *other})
+            taken.append((key, inc, b))
+    return taken, _join(meets)
+
+
+def _join(groups: list[set[int]]) -> list[set[int]]:
+    out: list[set[int]] = []
+    for g in groups:
+        g = set(g)
+        for o in [o for o in out if o & g]:
+            g |= o
+            out.remove(o)
+        out.append(g)
+    return out
+
+
+def _owned_findings(det: pl.DataFrame, owners: dict[str, int], b: int) -> pl.DataFrame:
+    """A bin's detector findings whose scope (job, else host) that bin owns (unowned: the first bin's)."""
+    if det.height == 0:
+        return det
+    key = (pl.when(pl.col("job_id").is_not_null()).then(pl.lit("j:") + pl.col("job_id"))
+           .when(pl.col("host").is_not_null()).then(pl.lit("h:") + pl.col("host")).otherwise(pl.lit("g")))
+    owner = key.replace_strict(owners, default=0, return_dtype=pl.Int64)
+    return det.filter(owner == b)
+
+
+def _start(ray: Any, bins: list[_Bin], plan: AllocationPlan, read: ReadOptions, opts: ReplayOptions,
+           cfg_ref: Any, ranks: dict[str, int]) -> None:
+    actor = ray.remote(num_cpus=1)(BinWorker)
+    todo = [bn for bn in bins if bn.info is None]
+    shared = [plan.files[i] for i in plan.shared]
+    for bn in todo:
+        bn.actor = actor.remote([plan.files[i] for i in bn.files], shared, ranks, read, cfg_ref, opts.quarantine_cap)
+    refs = [bn.actor.read.remote() for bn in todo]
+    for bn, info in zip(todo, ray.get(refs), strict=True):
+        bn.info = info
+        if opts.progress is not None:
+            opts.progress(info["stats"])
+
+
+def _merge(ray: Any, bins: list[_Bin], groups: list[set[int]]) -> list[_Bin]:
+    """Bins after merging each group into one (to be read and judged again); their actors released."""
+    out: list[_Bin] = []
+    lead = {min(g): g for g in groups}
+    gone = {b for g in groups for b in g}
+    for b, bn in enumerate(bins):
+        if b in lead:
+            for m in lead[b]:
+                if bins[m].actor is not None:
+                    ray.kill(bins[m].actor)
+            out.append(_Bin(sorted(i for m in lead[b] for i in bins[m].files)))
+        elif b not in gone:
+            out.append(bn)
+    return out
+
+
+def _replay_by_allocation(ray: Any, plan: AllocationPlan, paths: Sequence[str | Path], opts: ReplayOptions,
+                          read: ReadOptions, allocations: pl.DataFrame | None, t0: float) -> ReplayResult:
+    ranks = {f: i for i, f in enumerate(plan.files)}
+    cfg_ref = ray.put(opts.config)
+    bins = [_Bin(b) for b in plan.bins]
+    merges = 0
+    ctx: tuple[int | None, int | None, dict[str, tuple[int, str]]] | None = None
+    try:
+        while True:
+            _start(ray, bins, plan, read, opts, cfg_ref, ranks)
+            infos = [bn.info for bn in bins if bn.info is not None]
+            if ctx is None:           # every file is in exactly one bin: the whole input's clock and addresses
+                addr: dict[str, tuple[int, str]] = {}
+                for info in infos:
+                    for ip, th in info["addresses"].items():
+                        if ip not in addr or th < addr[ip]:
+                            addr[ip] = th
+                mx = [i["max_time_ns"] for i in infos if i["max_time_ns"] is not None]
+                mn = [i["min_time_ns"] for i in infos if i["min_time_ns"] is not None]
+                ctx = (max(mx) if mx else None, min(mn) if mn else None, addr)
+                if opts.accounting is not None and not isinstance(opts.accounting, pl.DataFrame) \
+                        and str(opts.accounting) == "sacct":
+                    allocations = sacct_range(ctx[1] or 0, ctx[0] or 0)
+            shared_hosts = set().union(*(i["shared_hosts"] for i in infos))
+            groups = conflicts([i["keys"] for i in infos], allocations, shared_hosts)
+            if groups:
+                bins, merges = _merge(ray, bins, groups), merges + len(groups)
+                continue
+            todo = [bn for bn in bins if bn.judged is None]
+            for bn, res in zip(todo, ray.get([bn.actor.judge.remote(ctx[0], ctx[2], allocations) for bn in todo]),
+                               strict=True):
+                bn.judged = res
+            owners = owners_map([i["keys"] for i in infos], allocations)
+            taken, groups = _incident_conflicts(bins, owners)
+            if groups:
+                bins, merges = _merge(ray, bins, groups), merges + len(groups)
+                continue
+            break
+    finally:
+        for bn in bins:
+            if bn.actor is not None:
+                ray.kill(bn.actor)
+    assert ctx is not None
+    return _assemble(bins, owners, taken, ctx, plan, paths, opts, allocations, merges, t0)
+
+
+def _assemble(bins: list[_Bin], owners: dict[str, int], taken: list[tuple[Any, Incident, int]],
+              ctx: tuple[int | None, int | None, dict[str, tuple[int, str]]], plan: AllocationPlan,
+              paths: Sequence[str | Path], opts: ReplayOptions, allocations: pl.DataFrame | None, merges: int,
+              t0: float) -> ReplayResult:
+    """The driver's merge: one light Engine (no progress rows), counters, quarantine, ranked incidents."""
+    eng = Engine(opts.config, detectors=[])
+    stats: Counter[str] = Counter(skipped=plan.skipped) if plan.skipped else Counter()
+    quar: list[pl.DataFrame] = []
+    dropped: Counter[str] = Counter()
+    findings = 0
+    sticky: list[pl.DataFrame] = []
+    for b, bn in enumerate(bins):
+        assert bn.judged is not None
+        for side in ("own", "shared") if b == 0 else ("own",):
+            sd = bn.judged[side]
+            eng.absorb(EnginePart(sd["findings"], sd["windows"], sd["spans"], {}, None, sd["events"], sd["gpus"]))
+            stats.update(sd["stats"])
+            quar.append(sd["quarantine"])
+            dropped.update(sd["dropped"])
+            findings += sd["findings_n"]
+        sticky.append(_owned_findings(bn.judged["detector"], owners, b))
+    eng.absorb(EnginePart(empty_findings(), empty_windows(), empty_spans(), ctx[2], ctx[0], 0))
+    eng.stats["findings"] = findings
+    eng.min_time_ns = ctx[1]
+    sticky = [s for s in sticky if s.height]
+    if sticky:
+        eng._sticky = pl.concat(sticky).sort(["time", "seq"], nulls_last=True)   # the detectors ran on the workers
+    if eng.stats["events"] == 0:
+        raise InputError("no events in the input: nothing to replay", path=", ".join(str(p) for p in paths) or None,
+                         lines=stats.get("lines", 0), unreadable=stats.get("unreadable", 0))
+    if ctx[0] is not None:
+        eng.advance(ctx[0])
+    if opts.accounting is not None:
+        eng.set_accounting(allocations)
+        stats["accounting_rows"] = allocations.height if allocations is not None else 0
+    incidents = [inc for _, inc, _ in sorted(taken, key=lambda t: t[0])]
+    keeper = QuarantineKeeper(opts.quarantine_cap)
+    ranks = {f: i for i, f in enumerate(plan.files)}
+    q = [x for x in quar if x.height]
+    if q:   # the global reading order (a stable sort keeps each file's own order), then the cap again
+        allq = pl.concat(q).with_columns(pl.col("file").replace_strict(ranks, default=len(ranks),
+                                                                        return_dtype=pl.Int64).alias("_rank"))
+        keeper.add(allq.sort("_rank", maintain_order=True).drop("_rank"))
+    keeper.dropped.update(dropped)
+    qf = keeper.frame()
+    summary = replay_summary(stats, eng, incidents, qf)
+    summary["quarantine_not_kept"] = int(sum(keeper.dropped.values()))
+    eng.stats["shard_bins"] = len(bins)
+    eng.stats["shard_merges"] = merges
+    return ReplayResult(summary=summary, incidents=incidents, quarantine=qf, engine=eng,
+                        elapsed_s=time.perf_counter() - t0)
+
+
 def replay_sharded(paths: Sequence[str | Path], options: ReplayOptions | None = None, *,
-                   workers: int | None = None, address: str | None = None) -> ReplayResult:
-    """``replay`` with the reading and matching on Ray workers; identical result (module docstring)."""
+                   workers: int | None = None, address: str | None = None,
+                   mode: str = "auto") -> ReplayResult:
+    """``replay`` on Ray; identical result (module docstring). ``mode``: ``auto`` (by allocation where
+    the plan spreads the work and no report files are asked for), ``allocation`` or ``read``."""
     opts = resolve_line_scores(options or ReplayOptions())
     if workers is None and address is None:
         raise ConfigError("replay_sharded: give workers or a Ray address")
     if workers is not None and workers < 1:
         raise ConfigError("--workers must be at least 1", value=workers)
+    if mode not in ("auto", "allocation", "read"):
+        raise ConfigError("replay_sharded: mode is auto, allocation or read", value=mode)
     if any(is_archive(p) for p in paths):
         raise ConfigError("an archive is replayed in one process (its days are read in order)")
     t0 = time.perf_counter()
     read = opts.read or ReadOptions()
     ray = _ray(workers, address)
-    n = 2 * (workers or int(ray.cluster_resources().get("CPU", 1)))
+    cpus = workers or int(ray.cluster_resources().get("CPU", 1))
+    if mode != "read" and opts.out_dir is None:
+        acc = opts.accounting
+        allocations = (acc if isinstance(acc, pl.DataFrame) else
+                       None if acc is None or str(acc) == "sacct" else load_accounting(acc))
+        plan = plan_allocations(paths, cpus, read, allocations)
+        sizes = plan.bin_bytes()
+        if mode == "allocation" or (len(plan.bins) > 1 and max(sizes) <= GIANT_SHARE * sum(sizes)):
+            return _replay_by_allocation(ray, plan, paths, opts, read, allocations, t0)
+    elif mode == "allocation":
+        raise ConfigError("replay by allocation writes no report files: leave out --out (or use mode read)")
+    return _replay_read_parallel(ray, paths, opts, read, 2 * cpus, t0)
+
+
+# -- read-parallel -----------------------------------------------------------------------------------
+def _replay_read_parallel(ray: Any, paths: Sequence[str | Path], opts: ReplayOptions, read: ReadOptions, n: int,
+                          t0: float) -> ReplayResult:
     shards, skipped = plan_shards(paths, n)
     out_dir = Path(opts.out_dir) if opts.out_dir else None
     if out_dir is not None:
