@@ -2,12 +2,18 @@
 
     python benchmarks/fleet_scale.py --nodes 256 --duration 1h            # lines/s and peak RSS, one process
     python benchmarks/fleet_scale.py --nodes 1024 --duration 24h --workers 2   # + the same on Ray, identical?
+    python benchmarks/fleet_scale.py --nodes 1024 --duration 1h --jobs 8 --workers 2 --work /tmp/fleet
+                                                 # a cluster's day: 8 jobs of 128 nodes, one controller log
     python benchmarks/fleet_scale.py --startup                            # replay of the bundled demo, and demo
 
 The simulated logs are kept under ``--work`` (generated once). Each replay runs in a child process
 so that its peak RSS is its own; with ``--workers`` the peak is the sum of the driver's and the Ray
 worker processes' RSS, sampled every 0.2 s. The result of the sharded replay is compared with the
-single-process one (summary and incidents, as JSON).
+single-process one (summary and incidents, as JSON). ``--jobs K`` simulates K jobs (different
+scenarios, ``--nodes``/K nodes each, disjoint node names and addresses) and lays them out as one
+cluster's directory with one controller log: the input the replay by allocation spreads over the
+workers (one simulated job is one allocation, so it is replayed read-parallel). The sharded run
+prints where its time went (Ray start, the workers' read and judge steps, the driver's merge).
 """
 
 from __future__ import annotations
@@ -55,7 +61,8 @@ open(out, "w").write(r.to_json())
 ru = resource.getrusage(resource.RUSAGE_SELF)
 rss = ru.ru_maxrss * 1024
 print(json.dumps({"elapsed_s": el, "cpu_s": ru.ru_utime + ru.ru_stime, "lines": r.summary["lines"], "events": r.summary["events"],
-                  "incidents": r.summary["incidents"], "peak_rss_mb": max(rss, peak[0]) / 2**20}))
+                  "incidents": r.summary["incidents"], "peak_rss_mb": max(rss, peak[0]) / 2**20,
+                  "stages": {k[6:]: v for k, v in r.engine.stats.items() if k.startswith("shard_")}}))
 """
 
 
@@ -90,28 +97,74 @@ def startup(repeat: int = 5) -> None:
               f"load {os.getloadavg()[0]:.1f}")
 
 
+SCENARIOS = ("xid79_cascade", "ib_link_down", "straggler_node", "xid48_row_remap", "nccl_net_error", "silent_hang",
+             "xid13_app", "healthy")
+
+
+def cluster_day(out: Path, jobs: int, nodes: int, duration: str) -> Path:
+    """``jobs`` simulated jobs of ``nodes`` nodes as one cluster's logs (module docstring)."""
+    import shutil
+
+    from recovery_logs.simulate import SimOptions, simulate
+    from recovery_logs.timeutil import parse_duration_s
+
+    day = out / f"day-{jobs}x{nodes}-{duration}"
+    if (day / "nodes" / "slurmctl01" / "slurmctld.log").exists():
+        return day
+    raw = out / f"raw-{jobs}x{nodes}-{duration}"
+    names = [SCENARIOS[k % len(SCENARIOS)] for k in range(jobs)]
+    t = time.perf_counter()
+    res = simulate(SimOptions(out=raw, scenario=",".join(dict.fromkeys(names)), nodes=nodes,
+                              duration_s=parse_duration_s(duration)))
+    ctl: list[bytes] = []
+    for k, name in enumerate(names):
+        letter = "abcdefghijklmnopqrstuvwxyz"[k]
+        for f in sorted((raw / name).rglob("*")):
+            if not f.is_file() or f.name == "truth.json":
+                continue
+            data = f.read_bytes().replace(b"gpu-n", f"gpu-{letter}".encode()).replace(b"10.128.", f"10.{128 + k}.".encode())
+            if f.name == "slurmctld.log":
+                ctl.extend(data.splitlines(keepends=True))
+                continue
+            dst = day / str(f.relative_to(raw / name)).replace("gpu-n", f"gpu-{letter}")
+            dst.parent.mkdir(parents=True, exist_ok=True)
+            dst.write_bytes(data)
+    (day / "nodes" / "slurmctl01").mkdir(parents=True, exist_ok=True)
+    (day / "nodes" / "slurmctl01" / "slurmctld.log").write_bytes(b"".join(sorted(ctl, key=lambda x: x[:25])))
+    shutil.rmtree(raw)
+    print(f"simulated {sum(r.lines for r in res):,} lines ({jobs} jobs) in {time.perf_counter() - t:.0f} s -> {day}")
+    return day
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--nodes", type=int, default=256)
     ap.add_argument("--duration", default="1h")
     ap.add_argument("--scenario", default="xid79_cascade")
     ap.add_argument("--workers", type=int, default=0, help="also replay on N local Ray workers and compare")
+    ap.add_argument("--jobs", type=int, default=0, help="a cluster's day of K jobs (--nodes/K nodes each)")
     ap.add_argument("--work", type=Path, default=Path("bench-out/fleet"))
     ap.add_argument("--startup", action="store_true", help="only the start-up measurements")
     a = ap.parse_args(argv)
+    if a.jobs > len(SCENARIOS):
+        ap.error(f"--jobs: at most {len(SCENARIOS)} (one scenario each: their job ids differ)")
     if a.startup:
         startup()
         return 0
     from recovery_logs.simulate import SimOptions, simulate
     from recovery_logs.timeutil import parse_duration_s
 
-    d = a.work / f"n{a.nodes}-{a.duration}"
-    if not (d / a.scenario / "truth.json").exists():
-        t = time.perf_counter()
-        res = simulate(SimOptions(out=d, scenario=a.scenario, nodes=a.nodes, duration_s=parse_duration_s(a.duration)))
-        print(f"simulated {res[0].lines:,} lines in {time.perf_counter() - t:.0f} s -> {d / a.scenario}")
-    paths = [str(d / a.scenario)]
-    nbytes = sum(f.stat().st_size for f in (d / a.scenario).rglob("*") if f.is_file())
+    if a.jobs:
+        src = cluster_day(a.work, a.jobs, a.nodes // a.jobs, a.duration)
+    else:
+        d = a.work / f"n{a.nodes}-{a.duration}"
+        src = d / a.scenario
+        if not (src / "truth.json").exists():
+            t = time.perf_counter()
+            res = simulate(SimOptions(out=d, scenario=a.scenario, nodes=a.nodes, duration_s=parse_duration_s(a.duration)))
+            print(f"simulated {res[0].lines:,} lines in {time.perf_counter() - t:.0f} s -> {src}")
+    paths = [str(src)]
+    nbytes = sum(f.stat().st_size for f in src.rglob("*") if f.is_file())
     one = run_child("one", paths, a.work / "one.json")
     print(f"{a.nodes} nodes x {a.duration}: {one['lines']:,} lines, {nbytes / 1e6:.0f} MB")
     print(f"  one process : {one['elapsed_s']:7.1f} s  {one['lines'] / one['elapsed_s']:>10,.0f} lines/s  "
@@ -123,6 +176,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"  --workers {a.workers}: {many['elapsed_s']:7.1f} s  {many['lines'] / many['elapsed_s']:>10,.0f} lines/s  "
               f"peak RSS {many['peak_rss_mb']:6.0f} MB (driver + Ray)  incidents {many['incidents']}")
         print(f"  speed-up {one['elapsed_s'] / many['elapsed_s']:.2f}x; results identical: {same}")
+        st = many["stages"]
+        print("  where the sharded run's time went: " + ", ".join(
+            f"{k.removesuffix('_ms').replace('_', ' ')} {v / 1000:.1f} s" for k, v in st.items() if k.endswith("_ms"))
+            + f"; bins {st.get('bins', '-')}, merged groups {st.get('merges', 0)}")
     return 0
 
 

@@ -103,8 +103,8 @@ def register(app: typer.Typer) -> None:
         nodes: Annotated[str | None, typer.Option("--nodes", help="archive input: only these nodes (a,b,c)")] = None,
         progress: Annotated[bool | None, typer.Option("--progress/--no-progress",
                                                       help="progress bar on stderr (default: only on a terminal)")] = None,
-        workers: Annotated[int | None, typer.Option("--workers", help="read and match on N local Ray workers "
-                                                    "(pip install 'recovery-logs[scale]'); same result")] = None,
+        workers: Annotated[int | None, typer.Option("--workers", help="judge on N local Ray workers, sharded by "
+                                                    "Slurm allocation (pip install 'recovery-logs[scale]'); same result")] = None,
         ray_address: Annotated[str | None, typer.Option("--ray-address", help="use an existing Ray cluster")] = None,
         vl_user: Annotated[str | None, typer.Option("--vl-user", help="VictoriaLogs basic-auth user")] = None,
         vl_password_file: Annotated[str | None, typer.Option("--vl-password-file", help="file holding the password")] = None,

@@ -50,6 +50,7 @@ the input paths visible). Without Ray, ``replay`` runs in one process as always.
 
 from __future__ import annotations
 
+import os
 import time
 from collections import Counter
 from collections.abc import Sequence
@@ -150,6 +151,8 @@ def _ray(workers: int | None, address: str | None) -> Any:
         if address:
             ray.init(address=address, log_to_driver=False)
         else:
+            # the workers are the replay (the driver mostly waits): not Ray's default nice 15 for them
+            os.environ.setdefault("RAY_worker_niceness", "0")
             ray.init(num_cpus=workers, include_dashboard=False, log_to_driver=False)
     return ray
 
@@ -336,7 +339,8 @@ def _merge(ray: Any, bins: list[_Bin], groups: list[set[int]]) -> list[_Bin]:
 
 
 def _replay_by_allocation(ray: Any, plan: AllocationPlan, paths: Sequence[str | Path], opts: ReplayOptions,
-                          read: ReadOptions, allocations: pl.DataFrame | None, t0: float) -> ReplayResult:
+                          read: ReadOptions, allocations: pl.DataFrame | None, t0: float,
+                          timings: dict[str, float]) -> ReplayResult:
     ranks = {f: i for i, f in enumerate(plan.files)}
     cfg_ref = ray.put(opts.config)
     bins = [_Bin(b) for b in plan.bins]
@@ -344,7 +348,9 @@ def _replay_by_allocation(ray: Any, plan: AllocationPlan, paths: Sequence[str | 
     ctx: tuple[int | None, int | None, dict[str, tuple[int, str]]] | None = None
     try:
         while True:
+            t = time.perf_counter()
             _start(ray, bins, plan, read, opts, cfg_ref, ranks)
+            timings["read"] = timings.get("read", 0.0) + time.perf_counter() - t
             infos = [bn.info for bn in bins if bn.info is not None]
             if ctx is None:           # every file is in exactly one bin: the whole input's clock and addresses
                 addr: dict[str, tuple[int, str]] = {}
@@ -364,9 +370,11 @@ def _replay_by_allocation(ray: Any, plan: AllocationPlan, paths: Sequence[str | 
                 bins, merges = _merge(ray, bins, groups), merges + len(groups)
                 continue
             todo = [bn for bn in bins if bn.judged is None]
+            t = time.perf_counter()
             for bn, res in zip(todo, ray.get([bn.actor.judge.remote(ctx[0], ctx[2], allocations) for bn in todo]),
                                strict=True):
                 bn.judged = res
+            timings["judge"] = timings.get("judge", 0.0) + time.perf_counter() - t
             owners = owners_map([i["keys"] for i in infos], allocations)
             taken, groups = _incident_conflicts(bins, owners)
             if groups:
@@ -378,7 +386,10 @@ def _replay_by_allocation(ray: Any, plan: AllocationPlan, paths: Sequence[str | 
             if bn.actor is not None:
                 ray.kill(bn.actor)
     assert ctx is not None
-    return _assemble(bins, owners, taken, ctx, plan, paths, opts, allocations, merges, t0)
+    t = time.perf_counter()
+    res = _assemble(bins, owners, taken, ctx, plan, paths, opts, allocations, merges, t0)
+    timings["driver_merge"] = time.perf_counter() - t
+    return _timed(res, timings)
 
 
 def _assemble(bins: list[_Bin], owners: dict[str, int], taken: list[tuple[Any, Incident, int]],
@@ -451,6 +462,7 @@ def replay_sharded(paths: Sequence[str | Path], options: ReplayOptions | None = 
     t0 = time.perf_counter()
     read = opts.read or ReadOptions()
     ray = _ray(workers, address)
+    timings = {"ray_start": time.perf_counter() - t0}
     cpus = workers or int(ray.cluster_resources().get("CPU", 1))
     if mode != "read" and opts.out_dir is None:
         acc = opts.accounting
@@ -459,15 +471,22 @@ def replay_sharded(paths: Sequence[str | Path], options: ReplayOptions | None = 
         plan = plan_allocations(paths, cpus, read, allocations)
         sizes = plan.bin_bytes()
         if mode == "allocation" or (len(plan.bins) > 1 and max(sizes) <= GIANT_SHARE * sum(sizes)):
-            return _replay_by_allocation(ray, plan, paths, opts, read, allocations, t0)
+            return _replay_by_allocation(ray, plan, paths, opts, read, allocations, t0, timings)
     elif mode == "allocation":
         raise ConfigError("replay by allocation writes no report files: leave out --out (or use mode read)")
-    return _replay_read_parallel(ray, paths, opts, read, 2 * cpus, t0)
+    return _replay_read_parallel(ray, paths, opts, read, 2 * cpus, t0, timings)
+
+
+def _timed(res: ReplayResult, timings: dict[str, float]) -> ReplayResult:
+    """Where the time went, in ms, as ``engine.stats['shard_<stage>_ms']`` (benchmarks/fleet_scale.py)."""
+    for k, v in timings.items():
+        res.engine.stats[f"shard_{k}_ms"] = round(v * 1000)
+    return res
 
 
 # -- read-parallel -----------------------------------------------------------------------------------
 def _replay_read_parallel(ray: Any, paths: Sequence[str | Path], opts: ReplayOptions, read: ReadOptions, n: int,
-                          t0: float) -> ReplayResult:
+                          t0: float, timings: dict[str, float]) -> ReplayResult:
     shards, skipped = plan_shards(paths, n)
     out_dir = Path(opts.out_dir) if opts.out_dir else None
     if out_dir is not None:
@@ -494,4 +513,8 @@ def _replay_read_parallel(ray: Any, paths: Sequence[str | Path], opts: ReplayOpt
     for q in quar:
         keeper.add(q)
     keeper.dropped.update(dropped)   # what the workers only counted
-    return finish_replay(eng, stats, keeper, paths, out_dir, t0, accounting=opts.accounting)
+    t1 = time.perf_counter()
+    timings["read_and_fold"] = t1 - t0 - timings["ray_start"]
+    res = finish_replay(eng, stats, keeper, paths, out_dir, t0, accounting=opts.accounting)
+    timings["driver_judge"] = time.perf_counter() - t1
+    return _timed(res, timings)

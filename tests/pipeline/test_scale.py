@@ -1,12 +1,17 @@
-"""Sharded replay on Ray equals one process: the simulator's scenarios and a mixed multi-job day.
+"""Sharded replay on Ray equals one process: the simulator's scenarios, a mixed multi-job day, and
+layouts built to cut across the bins of the replay by allocation (a job's files far apart in reading
+order, a node shared by two consecutive jobs, a node outside any job, NCCL peers whose address
+another bin's log binds, accounting).
 
-Skipped (with the reason) where Ray is not installed: it is the optional ``[scale]`` extra."""
+Skipped (with the reason) where Ray is not installed: it is the optional ``[scale]`` extra. One
+local Ray serves the whole module (its start is the slow part)."""
 
 from __future__ import annotations
 
 import shutil
 from pathlib import Path
 
+import polars as pl
 import pytest
 
 from recovery_logs.pipeline.engine import Engine
@@ -24,13 +29,17 @@ def sims(tmp_path_factory):
     return root
 
 
-def _renamed(src: Path, dst: Path, old: str, new: str) -> None:
-    """A copy of a scenario with every node name changed (paths and text): another job's nodes."""
+def _renamed(src: Path, dst: Path, old: str, new: str, extra: tuple[tuple[str, str], ...] = ()) -> None:
+    """A copy of a scenario with every node name changed (paths and text): another job's nodes.
+    ``extra``: more (old, new) replacements in the text (another job's IP addresses)."""
     for f in sorted(src.rglob("*")):
         if f.is_file() and f.name != "truth.json":
             out = dst / str(f.relative_to(src)).replace(old, new)
             out.parent.mkdir(parents=True, exist_ok=True)
-            out.write_bytes(f.read_bytes().replace(old.encode(), new.encode()))
+            data = f.read_bytes().replace(old.encode(), new.encode())
+            for a, b in extra:
+                data = data.replace(a.encode(), b.encode())
+            out.write_bytes(data)
 
 
 @pytest.fixture(scope="module")
@@ -92,3 +101,113 @@ def test_sharded_replay_of_a_mixed_multi_job_day_is_identical(mixed_day, ray_loc
     assert (tmp_path / "many" / "incidents.json").read_text() == (tmp_path / "one" / "incidents.json").read_text()
     assert many.quarantine.equals(one.quarantine)
     shutil.rmtree(tmp_path / "many")
+
+
+# -- replay by allocation -------------------------------------------------------------------------------
+def _same(paths: list[Path], ray_local, opts: ReplayOptions | None = None, mode: str = "allocation"):
+    """The sharded result equals one process's (summary, incidents, ids, evidence, order; quarantine)."""
+    from recovery_logs.pipeline.scale import replay_sharded
+
+    one = replay(paths, opts)
+    many = replay_sharded(paths, opts, workers=2, mode=mode)
+    assert many.to_dict() == one.to_dict()
+    assert many.quarantine.equals(one.quarantine)
+    return one, many
+
+
+def _ctl_merged(day: Path, sources: list[Path]) -> None:
+    """One controller log for the day: the jobs' slurmctld lines merged in time order."""
+    lines = [ln for s in sources for ln in (s / "nodes" / "slurmctl01" / "slurmctld.log").read_text().splitlines()]
+    (day / "nodes" / "slurmctl01").mkdir(parents=True, exist_ok=True)
+    (day / "nodes" / "slurmctl01" / "slurmctld.log").write_text("\n".join(sorted(lines, key=lambda x: x[:25])) + "\n")
+
+
+@pytest.fixture(scope="module")
+def cluster_day(sims, tmp_path_factory):
+    """Three jobs on disjoint nodes with their own addresses (as on a real fabric), one controller log."""
+    day = tmp_path_factory.mktemp("cluster_day")
+    for k, (name, letter) in enumerate((("xid79_cascade", "a"), ("ib_link_down", "b"), ("straggler_node", "c"))):
+        _renamed(sims / name, day, "gpu-n", f"gpu-{letter}", (("10.128.", f"10.{130 + k}."),))
+    _ctl_merged(day, [sims / n for n in SCENARIOS.split(",")])
+    return day
+
+
+def test_by_allocation_a_multi_job_day_is_judged_apart_and_identical(cluster_day, ray_local):
+    one, many = _same([cluster_day], ray_local, mode="auto")
+    assert many.engine.stats["shard_bins"] == 2 and many.engine.stats["shard_merges"] == 0
+    assert len({i.job_id for i in one.incidents}) == 3
+    # the result's engine: merged windows and spans, the detectors' findings, no progress rows
+    assert set(many.engine.windows["host"].unique()) == set(one.engine.windows["host"].unique())
+    det = lambda e: e.detector_findings().sort(["time", "rule_id", "host"]).select("rule_id", "host", "job_id", "time")  # noqa: E731
+    assert det(many.engine).equals(det(one.engine))
+
+
+def test_by_allocation_a_peer_address_bound_in_another_bin_s_log_merges_the_bins(mixed_day, ray_local):
+    # the three simulated jobs reuse the same addresses: job b's NCCL errors name a peer IP that job c's
+    # node bound first, so one process names gpu-c01 as a candidate of job b's incident
+    one, many = _same([mixed_day], ray_local)
+    ib = next(i for i in one.incidents if i.category == "infiniband_link")
+    assert any(c.node == "gpu-c01" for c in ib.candidates) or "gpu-c01" in ib.nodes
+    assert many.engine.stats["shard_merges"] >= 1
+
+
+@pytest.fixture(scope="module")
+def awkward_day(sims, tmp_path_factory):
+    """Layouts that cut across bins: job a's output sorts first and its kernel logs last; job b's
+    node 1 is job a's node 4 (two jobs, one node) and that kernel log sits at a path that names no
+    host; an idle node with an XID 79 outside any job; one controller log."""
+    day = tmp_path_factory.mktemp("awkward")
+    a, b = tmp_path_factory.mktemp("a"), tmp_path_factory.mktemp("b")
+    _renamed(sims / "xid79_cascade", a, "gpu-n", "gpu-a", (("10.128.", "10.130."),))
+    _renamed(sims / "ib_link_down", b, "gpu-n01", "gpu-a04", (("10.128.", "10.131."),))
+    for f in sorted(a.rglob("*")):
+        if f.is_file() and "slurmctl" not in str(f):
+            rel = f.relative_to(a)
+            out = day / ("a-out" if rel.parts[0].startswith("job") else "z-kern") / rel
+            out.parent.mkdir(parents=True, exist_ok=True)
+            out.write_bytes(f.read_bytes())
+    for f in sorted(b.rglob("*")):
+        if f.is_file() and "slurmctl" not in str(f):
+            rel = str(f.relative_to(b)).replace("gpu-n", "gpu-b")
+            if rel == "nodes/gpu-a04/kern.log":
+                rel = "m-misc/kernel-messages"      # no host in the path: only its lines name gpu-a04
+            out = day / "m-b" / rel
+            out.parent.mkdir(parents=True, exist_ok=True)
+            out.write_bytes(f.read_bytes().replace(b"gpu-n", b"gpu-b"))
+    culprit = next(f for f in (sims / "xid79_cascade" / "nodes").glob("*/kern.log") if b"Xid" in f.read_bytes())
+    idle = day / "m-idle" / "gpu-z01" / "kern.log"
+    idle.parent.mkdir(parents=True)
+    idle.write_bytes(culprit.read_bytes().replace(culprit.parent.name.encode(), b"gpu-z01"))
+    _ctl_merged(day, [a, b])
+    return day
+
+
+def test_by_allocation_awkward_layouts_are_identical(awkward_day, ray_local):
+    one, many = _same([awkward_day], ray_local)
+    assert any(i.node == "gpu-z01" and i.job_id is None and i.category == "xid" for i in one.incidents)
+    assert {i.job_id for i in one.incidents} >= {None, _job(awkward_day, "a-out")}
+    assert many.engine.stats["shard_merges"] >= 1 or many.engine.stats["shard_bins"] < 3
+
+
+def _job(day: Path, top: str) -> str:
+    return next((day / top).glob("job-*")).name.removeprefix("job-")
+
+
+def test_by_allocation_with_accounting_is_identical(cluster_day, ray_local):
+    from datetime import UTC, datetime
+
+    from recovery_logs.sources.accounting import ALLOCATION_SCHEMA
+
+    rows = []
+    one = replay([cluster_day])
+    for job in sorted({i.job_id for i in one.incidents if i.job_id}):
+        hosts = one.engine.spans.filter(pl.col("job_id") == job)
+        t0 = hosts["first"].min()
+        for h in sorted(hosts["host"].unique()):
+            rows.append({"cluster": "c", "job_id": job, "node": h, "gpus": 8, "step": None, "state": "RUNNING",
+                         "start": t0, "attempt": f"c|{job}|1", "chain": f"c|{job}", "restart_count": 0,
+                         "submit": datetime(2026, 11, 29, 13, tzinfo=UTC)})
+    acc = pl.DataFrame(rows, schema=ALLOCATION_SCHEMA)
+    _, many = _same([cluster_day], ray_local, ReplayOptions(accounting=acc))
+    assert many.summary["accounting_rows"] == acc.height
+    assert any(e.rule_id == "accounting.agree" for i in many.incidents for e in i.evidence)

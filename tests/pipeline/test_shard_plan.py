@@ -1,0 +1,84 @@
+"""The allocation plan of the Ray replay (pure, no Ray): whole allocations per bin, the controller
+log shared, nodes outside jobs on their own, and the check that merges bins whose data met."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from pathlib import Path
+
+import polars as pl
+
+from recovery_logs.pipeline.shard_plan import BinKeys, conflicts, owners_map, plan_allocations, scope_key
+from recovery_logs.sources.accounting import ALLOCATION_SCHEMA
+
+
+def _touch(root: Path, rel: str, size: int = 100) -> None:
+    p = root / rel
+    p.parent.mkdir(parents=True, exist_ok=True)
+    p.write_text("x" * (size - 1) + "\n")
+
+
+def _bin_of(plan, name: str) -> int:
+    idx = next(i for i, f in enumerate(plan.files) if f.endswith(name))
+    return next(b for b, files in enumerate(plan.bins) if idx in files)
+
+
+def allocations(rows: list[tuple[str, str]]) -> pl.DataFrame:
+    t = datetime(2026, 11, 29, 14, tzinfo=UTC)
+    return pl.DataFrame([{"job_id": j, "node": n, "start": t, "attempt": j, "cluster": "c", "step": None}
+                         for j, n in rows], schema=ALLOCATION_SCHEMA)
+
+
+def test_a_job_s_files_far_apart_in_reading_order_are_one_bin(tmp_path: Path):
+    # job 11's output sorts first, its nodes' kernel logs last, job 22 and an idle node in between
+    for n in (1, 2):
+        _touch(tmp_path, f"a-out/job-11/gpu-a0{n}.out", 5000)
+        _touch(tmp_path, f"m-out/job-22/gpu-b0{n}.out", 5000)
+        _touch(tmp_path, f"z-nodes/gpu-a0{n}/kern.log")
+        _touch(tmp_path, f"m-nodes/gpu-b0{n}/kern.log")
+    _touch(tmp_path, "m-nodes/gpu-z01/kern.log", 3000)
+    _touch(tmp_path, "z-nodes/slurmctl01/slurmctld.log")
+    plan = plan_allocations([tmp_path], 2)
+    assert [plan.files[i] for i in plan.shared] == [str(tmp_path / "z-nodes/slurmctl01/slurmctld.log")]
+    a = {_bin_of(plan, f) for f in ("gpu-a01.out", "gpu-a02.out", "gpu-a01/kern.log", "gpu-a02/kern.log")}
+    b = {_bin_of(plan, f) for f in ("gpu-b01.out", "gpu-b02.out", "gpu-b01/kern.log", "gpu-b02/kern.log")}
+    assert len(a) == 1 and len(b) == 1 and a != b
+    assert plan.components == 3                        # job 11, job 22, the idle node gpu-z01
+    assert sorted(i for b in plan.bins for i in b) == sorted(set(range(len(plan.files))) - set(plan.shared))
+    assert all(b == sorted(b) for b in plan.bins)       # each bin reads in the global reading order
+
+
+def test_accounting_ties_a_node_without_job_output_to_its_job_and_chains_consecutive_jobs(tmp_path: Path):
+    _touch(tmp_path, "job-11/gpu-a01.out", 5000)
+    _touch(tmp_path, "job-22/gpu-b01.out", 5000)
+    _touch(tmp_path, "nodes/gpu-c01/kern.log", 5000)
+    _touch(tmp_path, "nodes/gpu-d01/kern.log", 5000)
+    plain = plan_allocations([tmp_path], 4)
+    assert plain.components == 4
+    # job 11 ran on gpu-a01 and gpu-c01; gpu-c01 then ran job 22: one component of three jobs' worth
+    acc = allocations([("11", "gpu-a01"), ("11", "gpu-c01"), ("22", "gpu-c01"), ("22", "gpu-b01")])
+    plan = plan_allocations([tmp_path], 4, allocations=acc)
+    assert plan.components == 2
+    assert len({_bin_of(plan, f) for f in ("gpu-a01.out", "gpu-b01.out", "gpu-c01/kern.log")}) == 1
+    assert _bin_of(plan, "gpu-d01/kern.log") != _bin_of(plan, "gpu-a01.out")
+
+
+def test_bins_whose_data_met_are_merged():
+    a = BinKeys({"gpu-a01"}, {"11"})
+    b = BinKeys({"gpu-b01"}, {"22"})
+    c = BinKeys({"gpu-c01"}, set())
+    assert conflicts([a, b, c]) == []
+    # a job id only a line names (job 11 on a node of bin b)
+    assert conflicts([a, BinKeys({"gpu-b01"}, {"22", "11"}), c]) == [{0, 1}]
+    # accounting puts job 22 on bin c's node
+    assert conflicts([a, b, c], allocations([("22", "gpu-c01")])) == [{1, 2}]
+    # job-less host-less findings in two bins group together in one process
+    assert conflicts([BinKeys(global_scope=True), b, BinKeys(global_scope=True)]) == [{0, 2}]
+    # a bin's own data on the controller's host: everything is judged together
+    assert conflicts([a, BinKeys({"slurmctl01"}), c], shared_hosts={"slurmctl01"}) == [{0, 1, 2}]
+
+
+def test_incident_scopes_map_to_their_owner():
+    owners = owners_map([BinKeys({"gpu-a01"}, {"11"}), BinKeys({"gpu-b01"}, set())], allocations([("22", "gpu-b01")]))
+    assert owners[scope_key("11@c|11|2026")] == 0 and owners[scope_key("host:gpu-b01")] == 1
+    assert owners[scope_key("22")] == 1 and scope_key("global") == "g" and "g" not in owners
