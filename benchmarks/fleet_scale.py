@@ -30,8 +30,8 @@ from pathlib import Path
 
 CHILD = r"""
 import json, resource, sys, threading, time
-mode, out = sys.argv[1], sys.argv[2]
-paths = sys.argv[3:]
+mode, out, compact = sys.argv[1], sys.argv[2], int(sys.argv[3])
+paths = sys.argv[4:]
 peak = [0]
 def sample():
     import psutil
@@ -50,12 +50,15 @@ def sample():
 if mode != "one":
     threading.Thread(target=sample, daemon=True).start()
 t = time.perf_counter()
+from recovery_logs.config import EngineConfig
+from recovery_logs.pipeline.replay import ReplayOptions
+opts = ReplayOptions(config=EngineConfig(**({"progress_compact_rows": compact} if compact else {})))
 if mode == "one":
     from recovery_logs.pipeline.replay import replay
-    r = replay(paths)
+    r = replay(paths, opts)
 else:
     from recovery_logs.pipeline.scale import replay_sharded
-    r = replay_sharded(paths, workers=int(mode))
+    r = replay_sharded(paths, opts, workers=int(mode))
 el = time.perf_counter() - t
 open(out, "w").write(r.to_json())
 ru = resource.getrusage(resource.RUSAGE_SELF)
@@ -66,9 +69,10 @@ print(json.dumps({"elapsed_s": el, "cpu_s": ru.ru_utime + ru.ru_stime, "lines": 
 """
 
 
-def run_child(mode: str, paths: list[str], out: Path) -> dict:
+def run_child(mode: str, paths: list[str], out: Path, compact: int = 0) -> dict:
     env = {**os.environ, "POLARS_MAX_THREADS": os.environ.get("POLARS_MAX_THREADS", "2")}
-    p = subprocess.run([sys.executable, "-c", CHILD, mode, str(out), *paths], capture_output=True, text=True,
+    p = subprocess.run([sys.executable, "-c", CHILD, mode, str(out), str(compact), *paths], capture_output=True,
+                       text=True,
                        check=False, env=env)
     if p.returncode != 0:
         raise SystemExit(f"replay ({mode}) failed: {p.stderr[-3000:]}")
@@ -143,6 +147,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--scenario", default="xid79_cascade")
     ap.add_argument("--workers", type=int, default=0, help="also replay on N local Ray workers and compare")
     ap.add_argument("--jobs", type=int, default=0, help="a cluster's day of K jobs (--nodes/K nodes each)")
+    ap.add_argument("--no-compaction", action="store_true",
+                    help="both runs hold every progress row (the engine's progress compaction materialises "
+                         "detector findings from what was read so far, so a one-process result depends on "
+                         "the reading schedule once it compacts: see docs/SCALE.md)")
     ap.add_argument("--work", type=Path, default=Path("bench-out/fleet"))
     ap.add_argument("--startup", action="store_true", help="only the start-up measurements")
     a = ap.parse_args(argv)
@@ -165,13 +173,14 @@ def main(argv: list[str] | None = None) -> int:
             print(f"simulated {res[0].lines:,} lines in {time.perf_counter() - t:.0f} s -> {src}")
     paths = [str(src)]
     nbytes = sum(f.stat().st_size for f in src.rglob("*") if f.is_file())
-    one = run_child("one", paths, a.work / "one.json")
+    compact = 10**12 if a.no_compaction else 0
+    one = run_child("one", paths, a.work / "one.json", compact)
     print(f"{a.nodes} nodes x {a.duration}: {one['lines']:,} lines, {nbytes / 1e6:.0f} MB")
     print(f"  one process : {one['elapsed_s']:7.1f} s  {one['lines'] / one['elapsed_s']:>10,.0f} lines/s  "
           f"peak RSS {one['peak_rss_mb']:6.0f} MB  incidents {one['incidents']}; CPU {one['cpu_s']:.1f} s "
           f"({one['lines'] / one['cpu_s']:,.0f} lines per CPU-second); load {os.getloadavg()[0]:.1f}")
     if a.workers:
-        many = run_child(str(a.workers), paths, a.work / "many.json")
+        many = run_child(str(a.workers), paths, a.work / "many.json", compact)
         same = (a.work / "one.json").read_text() == (a.work / "many.json").read_text()
         print(f"  --workers {a.workers}: {many['elapsed_s']:7.1f} s  {many['lines'] / many['elapsed_s']:>10,.0f} lines/s  "
               f"peak RSS {many['peak_rss_mb']:6.0f} MB (driver + Ray)  incidents {many['incidents']}")

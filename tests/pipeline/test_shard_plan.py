@@ -82,3 +82,26 @@ def test_incident_scopes_map_to_their_owner():
     owners = owners_map([BinKeys({"gpu-a01"}, {"11"}), BinKeys({"gpu-b01"}, set())], allocations([("22", "gpu-b01")]))
     assert owners[scope_key("11@c|11|2026")] == 0 and owners[scope_key("host:gpu-b01")] == 1
     assert owners[scope_key("22")] == 1 and scope_key("global") == "g" and "g" not in owners
+
+
+def test_a_host_only_the_lines_name_makes_the_bins_meet(tmp_path: Path):
+    """The plan cannot see that ``m-misc/kernel-messages`` is gpu-a04's kernel log (no host in the
+    path); what the bins' data touched shows it. Lines: the syslog shape of the simulator's kern.log."""
+    from recovery_logs.config import EngineConfig
+    from recovery_logs.pipeline.scale import BinWorker
+    from recovery_logs.sources.read_common import ReadOptions
+
+    line = "Nov 29 14:03:{s:02d} {h} kernel: [1760216.39{s:02d}] hrtimer: interrupt took 778180 ns\n"
+    for rel, host in (("nodes/gpu-a04/kern.log", "gpu-a04"), ("m-misc/kernel-messages", "gpu-a04"),
+                      ("nodes/gpu-b01/kern.log", "gpu-b01")):
+        p = tmp_path / rel
+        p.parent.mkdir(parents=True, exist_ok=True)
+        p.write_text("".join(line.format(s=s, h=host) for s in range(3)))
+    plan = plan_allocations([tmp_path], 3)
+    assert plan.components == 3 and len(plan.bins) == 3
+    ranks = {f: i for i, f in enumerate(plan.files)}
+    ro = ReadOptions(year=2026)
+    keys = [BinWorker([plan.files[i] for i in b], [], ranks, ro, EngineConfig(detectors=()), 100).read()["keys"]
+            for b in plan.bins]
+    a04 = {b for b, k in enumerate(keys) if "gpu-a04" in k.hosts}
+    assert len(a04) == 2 and conflicts(keys) == [a04]
