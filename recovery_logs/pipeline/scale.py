@@ -32,8 +32,9 @@ ranking key: the single-process order. Counters add up (the controller log's onc
 re-ordered to the global reading order and capped again per reason.
 
 **Read-parallel** (as before): where the plan cannot spread the work (one allocation holds more
-than 3/4 of the bytes, e.g. one 1,024-node job) or report files are asked for (``out_dir``: the
-HTML timeline and the findings table need every progress finding in one engine), the files are cut
+than 3/4 of the bytes, e.g. one 1,024-node job), report files are asked for (``out_dir``: the
+HTML timeline and the findings table need every progress finding in one engine) or line scores
+are on (a template's rarity is counted over the whole site's lines), the files are cut
 into contiguous runs; workers read and match (``Engine.partial``), the driver folds the parts in
 order and judges everything once.
 
@@ -465,7 +466,7 @@ def replay_sharded(paths: Sequence[str | Path], options: ReplayOptions | None = 
     timings = {"ray_start": time.perf_counter() - t0}
     have = max(1, int(ray.cluster_resources().get("CPU", 1)))
     cpus = min(workers, have) if workers else have   # one actor per CPU: all of them hold their state at once
-    if mode != "read" and opts.out_dir is None:
+    if mode != "read" and opts.out_dir is None and not opts.config.line_scores:
         acc = opts.accounting
         allocations = (acc if isinstance(acc, pl.DataFrame) else
                        None if acc is None or str(acc) == "sacct" else load_accounting(acc))
@@ -474,7 +475,8 @@ def replay_sharded(paths: Sequence[str | Path], options: ReplayOptions | None = 
         if mode == "allocation" or (len(plan.bins) > 1 and max(sizes) <= GIANT_SHARE * sum(sizes)):
             return _replay_by_allocation(ray, plan, paths, opts, read, allocations, t0, timings)
     elif mode == "allocation":
-        raise ConfigError("replay by allocation writes no report files: leave out --out (or use mode read)")
+        raise ConfigError("replay by allocation writes no report files and scores no lines (template rarity "
+                          "is over the whole site): leave out --out and --line-scores, or use mode read")
     return _replay_read_parallel(ray, paths, opts, read, 2 * cpus, t0, timings)
 
 
