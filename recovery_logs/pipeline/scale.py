@@ -319,8 +319,12 @@ def _start(ray: Any, bins: list[_Bin], plan: AllocationPlan, read: ReadOptions, 
     refs = [bn.actor.read.remote() for bn in todo]
     for bn, info in zip(todo, ray.get(refs), strict=True):
         bn.info = info
-        if opts.progress is not None:
-            opts.progress(info["stats"])
+    if opts.progress is not None:   # what the bins read so far (the controller log once)
+        total: Counter[str] = Counter()
+        for bn in bins:
+            if bn.info is not None:
+                total.update(bn.info["stats"])
+        opts.progress(total)
 
 
 def _merge(ray: Any, bins: list[_Bin], groups: list[set[int]]) -> list[_Bin]:
