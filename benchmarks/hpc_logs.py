@@ -19,7 +19,9 @@ What runs, in one process, per dataset:
 1. the label column is stripped into a temporary file (the engine never sees it);
 2. ``replay`` with the dataset's line format, untuned (shipped rules + shipped anomaly model,
    never trained on these labels; line scores on, as for every site line format), ``--out`` a
-   temporary directory; a line is *flagged* when it has a row in ``findings.parquet``;
+   temporary directory; a line is *flagged* when it has a row in ``findings.parquet`` (a window
+   the model flags is a ``file = detector`` row, counted apart as ``window_rows``; of its lines
+   only the few it singles out are line rows: ``pipeline.line_findings``);
 3. baselines: a line is flagged when it contains FATAL, FAILURE or ERROR (case-sensitive, the
    label column excluded: the keyword rule of the issue); where the format has a level, also
    the plain level rules "level >= error" and "level >= critical" (so the share of the result
@@ -113,7 +115,9 @@ def run_dataset(name: str, data: Path, pattern: str, tf: str | None, role: str) 
         t0 = time.perf_counter()
         res = replay([str(log)], opts)
         elapsed = time.perf_counter() - t0
-        f = pl.read_parquet(Path(td) / "out" / "findings.parquet").filter(pl.col("file") == str(log))
+        fall = pl.read_parquet(Path(td) / "out" / "findings.parquet")
+        f = fall.filter(pl.col("file") == str(log))
+        window_rows = fall.filter(pl.col("rule_id") == "detector.anomaly", pl.col("file") == "detector").height
         ev = pl.read_parquet(Path(td) / "out" / "events.parquet").sort("seq")
         scores = window_scores(res.engine)
         actions = sorted({str(a.kind) for i in res.incidents for a in i.actions})
@@ -132,7 +136,7 @@ def run_dataset(name: str, data: Path, pattern: str, tf: str | None, role: str) 
         "engine_flags_by_rule": dict(zip(by_rule["rule_id"].to_list(), by_rule["len"].to_list(), strict=True)),
         "incident_actions": actions, "finding_actions": finding_actions,
         "disruptive_actions": sorted(set(finding_actions) & DISRUPTIVE),
-        "windows_scored": scores.height, "windows_flagged": int(scores["flagged"].sum() or 0) if scores.height else 0,
+        "window_rows": window_rows, "windows_scored": scores.height, "windows_flagged": int(scores["flagged"].sum() or 0) if scores.height else 0,
     }
     if out["levels_parsed"]:
         out["level_error_baseline"] = prf([r >= LEVEL_RANK["error"] for r in rank], labels)
@@ -176,7 +180,7 @@ def print_dataset(o: dict[str, Any]) -> None:
         print(f"{label:34s} {m['flagged']:7d} {m['precision']:9.3f} {m['recall']:7.3f} {m['f1']:6.3f} {m['tp']:5d} "
               f"{m['fp']:5d} {m['fn']:5d}")
     print(f"engine flags by rule: {o['engine_flags_by_rule']}; windows scored {o['windows_scored']}, flagged "
-          f"{o['windows_flagged']}; finding actions {o['finding_actions']}, disruptive: {o['disruptive_actions'] or 'none'}")
+          f"{o['windows_flagged']} ({o['window_rows']} window rows); finding actions {o['finding_actions']}, disruptive: {o['disruptive_actions'] or 'none'}")
     if o.get("drain3_line_scores"):
         print(f"templates: ours {o.get('our_templates')}, Drain3 {o['drain3_line_scores']['templates']}")
     if "model_score_oracle_threshold" in o:

@@ -7,9 +7,11 @@ import pytest
 
 from recovery_logs.api import bundled_incident, bundled_read_options
 from recovery_logs.cli import main
-from recovery_logs.pipeline.line_findings import LINE_FINDINGS_SCHEMA
+from recovery_logs.pipeline.line_findings import LINE_FINDINGS_SCHEMA, MAX_LINES_PER_WINDOW
 from recovery_logs.pipeline.replay import ReplayOptions, replay
 from recovery_logs.simulate import SimOptions, simulate_one
+from recovery_logs.sources.lineformat import compile_line_format
+from recovery_logs.sources.read_common import ReadOptions
 
 
 def _check_against_events(out):
@@ -38,10 +40,11 @@ def test_rule_findings_one_row_per_line(tmp_path):
     assert row["severity"] == "critical" and row["file"].endswith("kern.log") and row["line"] > 0
     # the model scored the XID's window: the score is there, in (0, 1]
     assert row["score"] is not None and 0.0 < row["score"] <= 1.0
+    assert row["window_score"] == row["score"] and row["window_flagged"] is not None
     assert f.filter(pl.col("rule_id") == "nccl.watchdog_timeout").height > 0
 
 
-def test_model_flagged_window_flags_its_lines(tmp_path):
+def test_model_flagged_window_singles_out_its_unusual_lines(tmp_path):
     sim = simulate_one("novel_nvme_storm", SimOptions(out=tmp_path / "sim", seed=1, nodes=2, duration_s=2400.0))
     out = tmp_path / "out"
     res = replay([str(sim.path)], ReplayOptions(out_dir=out))
@@ -53,10 +56,58 @@ def test_model_flagged_window_flags_its_lines(tmp_path):
     assert model["score"].null_count() == 0 and model["score"].min() > 0
     # the lines the model flagged include the storm nobody wrote a rule for
     assert model.filter(pl.col("message").str.contains("(?i)nvme")).height > 0
-    # a flagged window's lines all carry that window's score
-    per_window = model.with_columns((pl.col("time").dt.epoch("s") // 60).alias("w")).group_by("host", "job_id", "w").agg(
-        pl.col("score").n_unique())
-    assert (per_window["score"] == 1).all()
+    lines, windows = model.filter(pl.col("file") != "detector"), model.filter(pl.col("file") == "detector")
+    assert windows.height > 0 and (windows["line"] == 0).all() and windows["window_flagged"].all()
+    # a flagged window's lines carry that window's score; at most MAX_LINES_PER_WINDOW of them per window
+    per_window = lines.with_columns((pl.col("time").dt.epoch("s") // 60).alias("w")).group_by("host", "job_id", "w").agg(
+        pl.col("window_score").n_unique().alias("scores"), pl.len().alias("n"))
+    assert (per_window["scores"] == 1).all() and per_window["n"].max() <= MAX_LINES_PER_WINDOW
+    assert (lines["score"] == lines["window_score"]).all() and lines["window_flagged"].all()
+
+
+def _reboot_minute_log(path):
+    """An hour of cron chatter on two nodes, then a 240-line burst of boot messages in one minute on
+    node01 (the shape of LogHub Thunderbird_2k's tbird-admin1 reboot: github.com/logpai/loghub;
+    message texts of its CPU/ACPI/NET/gmetad lines, numbers changed)."""
+    lines = []
+    for m in range(60):
+        for s in range(0, 60, 12):
+            for node in ("node01", "node02"):
+                lines.append(f"2026-11-09 12:{m:02d}:{s:02d} {node} crond[{2900 + m}]: session opened for user root "
+                             "by (uid=0)")
+        if m == 30:
+            for i in range(240):
+                msg = [f"CPU{i % 8}: Physical Processor ID: {i % 2}",
+                       f"ACPI: PCI interrupt 0000:00:{i % 30:02x}.0[A] -> GSI {i} (level, low) -> IRQ {i + 16}",
+                       "NET: Registered protocol family 2",
+                       f"/apps/x86_64/system/ganglia-3.0.1/sbin/gmetad[{i}]: data_thread() got not answer from any "
+                       "[Thunderbird_A8] datasource"][i % 4]
+                lines.append(f"2026-11-09 12:30:{10 + i // 6:02d} node01 {msg}")
+    path.write_text("\n".join(lines) + "\n")
+    return len(lines)
+
+
+def test_a_flagged_window_is_one_verdict_not_an_alert_per_line(tmp_path):
+    log = tmp_path / "site.log"
+    n = _reboot_minute_log(log)
+    out = tmp_path / "out"
+    res = replay([str(log)], ReplayOptions(read=ReadOptions(line_formats=(compile_line_format(
+        "<Date> <Time> <Node> <Content>"),), dedupe=False), out_dir=out))
+    f = _check_against_events(out)
+    ev = pl.read_parquet(out / "events.parquet")
+    assert ev.height == n
+    win = f.filter(pl.col("file") == "detector")
+    # the model flags the burst minute: one window row, with its score
+    assert win.select("rule_id", "host", "line").rows() == [("detector.anomaly", "node01", 0)]
+    assert win["window_score"][0] == win["score"][0] and win["window_flagged"][0] is True
+    assert "12:30:00" in win["message"][0]
+    # of its 245 lines only the first line of its most over-represented templates are line alerts (not 245)
+    lines = f.filter(pl.col("file") != "detector")
+    assert lines.height == MAX_LINES_PER_WINDOW == 3
+    assert (lines["rule_id"] == "detector.anomaly").all() and (lines["window_score"] == win["window_score"][0]).all()
+    assert not lines["message"].str.contains("crond").any()          # the chatter of every minute is not singled out
+    assert lines["line"].to_list() == [311, 312, 313]                 # the burst's first line of three templates
+    assert [i.category for i in res.incidents] == ["anomaly"]        # the window verdict itself is unchanged
 
 
 def test_cli_line_format_replay_writes_findings(tmp_path, capsys):
