@@ -181,3 +181,39 @@ def test_cli_watch_file_source_with_a_line_format(tmp_path, capsys):
     assert [(o["node"], o["xid"], o["category"]) for o in out] == [("gpu-n05", 79, "xid")]
     assert main(["watch", "--source", f"file:{log}", "--time-format", "%Y"]) == 2
     assert "--time-format needs --line-format" in capsys.readouterr().err
+
+
+def test_window_exemplars_rank_and_bounds():
+    from datetime import UTC, datetime, timedelta
+
+    from recovery_logs.pipeline.line_findings import window_exemplars
+
+    t0 = datetime(2026, 11, 9, 12, 0, tzinfo=UTC)
+    rows = []
+    for m in range(10):   # chatter every minute on n1 (LogHub Thunderbird_2k crond lines, github.com/logpai/loghub)
+        rows += [(t0 + timedelta(minutes=m, seconds=s), "n1", "info" if s else None,
+                  f"crond[{2915 + s}]: session closed for user root") for s in range(4)]
+    w = t0 + timedelta(minutes=5, seconds=30)
+    rows += [(w, "n1", "info", f"CPU{i}: Physical Processor ID: {i % 2}") for i in range(6)]       # info: never
+    rows += [(w, "n1", "warning", f"ide{i}: Wait for ready failed before probe !") for i in range(2)]
+    rows += [(w, "n1", "error", "EXT3-fs error (device sda5): ext3_find_entry: reading directory #2 offset 0")]
+    rows += [(w, "n1", None, "NET: Registered protocol family 2"), (w, "n1", None, "NET: Registered protocol family 2")]
+    rows += [(w, "n1", "notice", "kernel: Linux version 2.6.5-7.191-smp")]
+    ev = pl.DataFrame({"time": [r[0] for r in rows], "host": [r[1] for r in rows], "level": [r[2] for r in rows],
+                       "message": [r[3] for r in rows]}).with_columns(
+        file=pl.lit("site.log"), line=pl.int_range(1, pl.len() + 1, dtype=pl.Int64), job_id=pl.lit(None, pl.String))
+    wn = 60 * 10**9
+    w0 = int(t0.timestamp() * 1e9) + 5 * wn
+    windows = pl.DataFrame({"host": ["n1"], "job_id": pl.Series([None], dtype=pl.String), "_w": [w0], "score": [0.7],
+                            "_role": ["cause"]})
+    got = window_exemplars(ev.lazy(), windows, wn)
+    # one line per template, the first; the quiet lines (info, notice) and the every-minute chatter left out;
+    # equal lift (each template only in this window): the worse level first, then time
+    assert got["message"].to_list() == ["EXT3-fs error (device sda5): ext3_find_entry: reading directory #2 offset 0",
+                                        "ide0: Wait for ready failed before probe !",
+                                        "NET: Registered protocol family 2"]
+    assert (got["score"] == 0.7).all() and (got["_lift"] >= 2.0).all()
+    # the rule-won line is left to its rule; the next unusual one takes its place
+    won = got.filter(pl.col("level") == "error").select("file", "line")
+    again = window_exemplars(ev.lazy(), windows, wn, won)
+    assert "EXT3-fs error" not in " ".join(again["message"].to_list()) and again.height == 2
