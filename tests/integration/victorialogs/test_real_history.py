@@ -86,6 +86,9 @@ def test_watch_since_equals_replay_no_hang_alarm_from_the_catch_up(real_vl, tmp_
     end = time.time_ns() - 5 * NS
     rows = _simulated(tmp_path, "silent_hang", end)
     real_vl.ingest(rows, stream_fields="host,unit,job_id")
+    # the history must be on the server before the watcher reads it: rows the server makes searchable
+    # only after the catch-up passed their windows are late lines (a different, tested case)
+    _wait_rows(real_vl, len(rows))
     want = _replayed(rows)
     w = Watcher(WatchOptions(sources=(real_vl.url,), refresh_s=0.2, lateness_s=30.0, since_s=1800.0,
                              catchup_max_s=120.0, unreachable_exit_s=None)).open()
