@@ -152,12 +152,13 @@ class Engine:
         self.allocations = allocations
 
     # -- input -------------------------------------------------------------------------------
-    def feed(self, events: pl.DataFrame) -> pl.DataFrame:
-        """Match rules on one batch and fold it into the state. Returns the batch's findings."""
+    def feed(self, events: pl.DataFrame, count_lines: bool | None = None) -> pl.DataFrame:
+        """Match rules on one batch and fold it into the state. Returns the batch's findings.
+        ``count_lines``: as in ``partial`` (None: ``self.count_lines``)."""
         check_events(events, "engine.feed")
         if events.height == 0:
             return empty_findings()
-        part = self.partial(events, count_lines=self.count_lines)
+        part = self.partial(events, count_lines=self.count_lines if count_lines is None else count_lines)
         self.absorb(part)
         return part.findings
 

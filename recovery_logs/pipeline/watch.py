@@ -62,7 +62,7 @@ import polars as pl
 from recovery_logs.config import EngineConfig
 from recovery_logs.errors import ConfigError, RecoveryLogsError, SourceError, VictoriaLogsError
 from recovery_logs.pipeline.cursor import WatchCursor, cursor_name
-from recovery_logs.pipeline.engine import Engine
+from recovery_logs.pipeline.engine import Engine, EnginePart
 from recovery_logs.records import Incident
 from recovery_logs.source_health import SourceHealth, health_incidents
 from recovery_logs.sources.files import events_from_vl_records
@@ -77,6 +77,7 @@ from recovery_logs.sources.victorialogs import VictoriaLogsClient, VLConnection,
 from recovery_logs.sources.vl_live import DEFAULT_TIERS, LATE_FIELD, Tier, VLPoller
 from recovery_logs.statelock import StateLock
 from recovery_logs.timeutil import NS, ns_to_iso
+from recovery_logs.windows import counted_spans, counted_windows
 
 if TYPE_CHECKING:
     from recovery_logs.pipeline.metrics import WatchMetrics
@@ -370,7 +371,8 @@ class Watcher:
                               horizon_s=self.options.horizon_s, tiers=self.options.tiers, clock=self.clock,
                               max_keys=self.options.max_keys, max_window_s=self.options.catchup_max_s,
                               reconcile=self.options.reconcile,
-                              count_query=compose_query(self.options.query, None))
+                              count_query=compose_query(self.options.query, None),
+                              line_window_ns=self._window_ns(), read=self.read)
                 if resume is not None:
                     vl.load_counts(side_counts(self._side_path()))
             else:
@@ -448,11 +450,13 @@ class Watcher:
         if hi < lo:
             return
         try:
+            counts = self.vl.scope_counts(lo, hi) if isinstance(self.vl, VLPoller) else None
             for rows in history_rows(self.client, self.query, lo, hi, fields=self.fields):
                 if isinstance(self.vl, VLPoller):
                     self.vl.mark_seen(rows)
-                self._feed(self._vl_events(rows), count_late=False)
+                self._feed(self._vl_events(rows), count_late=False, counted=counts is not None)
                 self.stats["rebuilt"] += len(rows)
+            self._absorb_counts(counts)
         except SourceError as exc:
             self._error("rebuild", exc)
 
@@ -470,14 +474,16 @@ class Watcher:
         old, self.engine = self.engine, fresh
         read = 0
         try:
+            counts = self.vl.scope_counts(lo, hi) if isinstance(self.vl, VLPoller) else None
             for rows in history_rows(self.client, self.query, lo, hi, fields=self.fields):
                 if isinstance(self.vl, VLPoller):
                     self.vl.mark_seen(rows)
                 else:
                     for r in rows:
                         self.vl.dedupe.add(record_key(r))
-                self._feed(self._vl_events(rows), count_late=False, tally=False)
+                self._feed(self._vl_events(rows), count_late=False, tally=False, counted=counts is not None)
                 read += len(rows)
+            self._absorb_counts(counts)
         except SourceError as exc:
             self.engine = old                # keep the full state; try again next period
             self._error("rotate", exc)
@@ -585,7 +591,25 @@ class Watcher:
         return min(behind) if behind else None
 
     # -- one step ----------------------------------------------------------------------------
-    def _feed(self, batch: Batch, count_late: bool = True, tally: bool = True) -> int:
+    def _window_ns(self) -> int:
+        return int(round(self.engine.config.window_s * 1e6)) * 1000     # windows truncate to whole µs
+
+    def _server_counts(self) -> bool:
+        """VictoriaLogs rows come prefiltered and the server counts every line of the scope:
+        the rows then add findings only, the counts add the windows' lines (``_absorb_counts``)."""
+        return isinstance(self.vl, VLPoller) and self.vl.line_window_ns is not None
+
+    def _absorb_counts(self, counts: pl.DataFrame | None) -> None:
+        if counts is None or counts.height == 0:
+            return
+        total = int(counts["lines"].sum())
+        tmax = int(counts["last"].max())  # type: ignore[arg-type]  # polars aggregate
+        self.engine.absorb(EnginePart(self.engine.findings.clear(), counted_windows(counts), counted_spans(counts),
+                                      {}, tmax, total))
+        self.stats["lines_counted"] += total
+
+    def _feed(self, batch: Batch, count_late: bool = True, tally: bool = True, counted: bool = False) -> int:
+        """``counted``: the batch's lines are counted by the server (``_absorb_counts``)."""
         if tally:
             self.stats.update({k: v for k, v in batch.stats.items() if isinstance(v, int) and k != "events"})
         ev: pl.DataFrame = batch.events
@@ -597,7 +621,7 @@ class Watcher:
         if count_late and wm is not None:
             late = ev.select((pl.col("time").dt.epoch("ns") < wm).sum()).item()
             self.stats["late"] += int(late or 0)
-        self.engine.feed(ev)
+        self.engine.feed(ev, count_lines=not counted)
         if tally:
             self.stats["events"] += ev.height
         return ev.height
@@ -618,7 +642,10 @@ class Watcher:
             rows = self.vl.poll(now)
             if rows:
                 self._mark_late(rows)
-                fed += self._feed(self._vl_events(rows))
+                fed += self._feed(self._vl_events(rows), counted=self._server_counts())
+            if isinstance(self.vl, VLPoller):
+                for counts in self.vl.take_counts():
+                    self._absorb_counts(counts)
             self.cursor.complete_ns = self.vl.complete_ns
             self.last_error = self.vl.last_error
             if self.vl.last_error:

@@ -41,10 +41,13 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
+import polars as pl
 
 from recovery_logs.errors import VictoriaLogsError
+from recovery_logs.sources.read_common import ReadOptions
 from recovery_logs.sources.rowkeys import vl_time_ns
 from recovery_logs.sources.victorialogs import VictoriaLogsClient
+from recovery_logs.sources.vl_history import line_counts
 
 __all__ = ["DEFAULT_TIERS", "LATE_FIELD", "KeyLedger", "Tier", "VLPoller", "row_digest"]
 
@@ -148,10 +151,18 @@ class VLPoller:
                  refresh_s: float = 1.0, offset_s: float = 2.0, resume_from_ns: int | None = None,
                  horizon_s: float = 6 * 3600, tiers: Sequence[Tier] = DEFAULT_TIERS,
                  clock: Callable[[], int] = time.time_ns, max_keys: int = 20_000_000,
-                 max_window_s: float = 60.0, reconcile: bool = True, count_query: str | None = None) -> None:
+                 max_window_s: float = 60.0, reconcile: bool = True, count_query: str | None = None,
+                 line_window_ns: int | None = None, read: ReadOptions | None = None) -> None:
         self.client = client
         self.query = query
         self.count_query = count_query if count_query and count_query != query else None
+        # With a prefilter (count_query set) and line_window_ns: every poll also asks the server for
+        # the scope's lines per (host, job, window) (sources.vl_history.line_counts), so the engine's
+        # window line counts (log rate, the anomaly model's features) cover every line, not only the
+        # prefiltered rows it is sent; taken by the watcher with take_counts().
+        self.line_window_ns = line_window_ns if self.count_query is not None else None
+        self.read = read or ReadOptions()
+        self._counts: list[pl.DataFrame] = []
         self.fields = list(fields) if fields else None
         self.refresh_ns = int(refresh_s * NS)
         self.offset_ns = int(offset_s * NS)
@@ -250,11 +261,14 @@ class VLPoller:
         if hi <= lo:
             return
         counts = self._fine_counts(lo + 1, hi)    # first: a row seen here is then surely read below
+        lines = self.scope_counts(lo + 1, hi)
         rows = list(self.client.query(self.query, start=lo + 1, end=hi, fields=self.fields))
         self.stats["polls"] += 1
         self.stats["catchups"] += 1     # each poll is a lossless read of its window (the tail mode's name)
         self.stats["rows_fetched"] += len(rows)
         self._accept(rows, out, late=False, count=counts is None)
+        if lines is not None:
+            self._counts.append(lines)
         if counts is not None:
             for b, n in counts.items():
                 self.ledger.count[b] = self.ledger.count.get(b, 0) + n
@@ -279,6 +293,29 @@ class VLPoller:
         self._dirty[lo] = tries
         self.stats["buckets_dirty"] += 1
         return tries > 5
+
+    def scope_counts(self, lo: int, hi: int) -> pl.DataFrame | None:
+        """The scope's lines in ``[lo, hi]`` per (host, job, window) as the server counts them
+        (``line_counts``), or None when the poller reads every line itself (no prefilter)."""
+        if self.line_window_ns is None or self.count_query is None:
+            return None
+        self.stats["line_count_queries"] += 1
+        try:
+            return line_counts(self.client, self.count_query, lo, hi, self.line_window_ns, self.read, workers=1)
+        except VictoriaLogsError as exc:
+            if exc.status not in (400, 422):
+                raise                        # transient: the whole poll window is read again
+            # a server (or proxy) that refuses the stats query: count the rows we are sent, as before
+            self.line_window_ns = None
+            self.stats["line_counts_refused"] += 1
+            log.warning("VictoriaLogs refused the per-window line-count query (%s); window line counts now "
+                        "cover only the prefiltered rows read", exc.server_message or exc)
+            return None
+
+    def take_counts(self) -> list[pl.DataFrame]:
+        """The line counts of the polls since the last call (see ``line_window_ns``)."""
+        out, self._counts = self._counts, []
+        return out
 
     def _fine_counts(self, lo: int, hi: int) -> dict[int, int] | None:
         """With a ``count_query``: the server's rows per fine bucket in ``[lo, hi]`` (all lines of

@@ -103,6 +103,13 @@ def test_watch_since_equals_replay_no_hang_alarm_from_the_catch_up(real_vl, tmp_
     finally:
         w.close()
     got = [{k: i.to_dict()[k] for k in KEYS} for i in w.incidents]
+    # the watcher is sent only the rows a rule can match, but the server counts every line per
+    # (host, job, window): the windows the anomaly model scores are replay's
+    ref = Engine(EngineConfig())
+    ref.feed(events_from_vl_records(sorted(rows, key=lambda r: vl_time_ns(r["_time"])), ReadOptions(), 0, "t").events)
+    keys = ["host", "job_id", "window_start", "lines"]
+    assert_frame_equal(w.engine.windows.select(keys), ref.windows.select(keys))
+    assert w.vl.stats["rows_fetched"] < len(rows)              # the prefilter did leave rows on the server
     assert w.stats["incidents_new"] == len(got)                # nothing reported and later withdrawn
     # anomaly windows that score exactly alike on two hosts are named by feed order (an engine tie-break,
     # not the reader's doing): compare those without node and cause
