@@ -44,9 +44,15 @@ def empty_spans() -> pl.DataFrame:
     return pl.DataFrame(schema=SPAN_SCHEMA)
 
 
+def window_us(window_s: float) -> int:
+    """The window length in whole µs, as every window frame truncates it (``window_counts``; line
+    counts made elsewhere must bucket by ``window_us(...) * 1000`` ns to land in the same windows)."""
+    return int(window_s * 1_000_000)
+
+
 def window_counts(events: pl.DataFrame, findings: pl.DataFrame, window_s: float) -> pl.DataFrame:
     """Per-window line counts (from events) joined with per-category finding counts."""
-    every = f"{int(window_s * 1_000_000)}us"
+    every = f"{window_us(window_s)}us"
     ev = events.filter(pl.col("time").is_not_null())
     lines = (ev.with_columns(pl.col("time").dt.truncate(every).alias("window_start"))
              .group_by(KEYS)

@@ -35,6 +35,8 @@ from recovery_logs.records import Incident
 from recovery_logs.remediation.plan import RECORD_ONLY, plan
 from recovery_logs.schema import check_events, empty_findings, own_strings
 from recovery_logs.windows import (
+    counted_spans,
+    counted_windows,
     empty_spans,
     empty_windows,
     job_spans,
@@ -180,6 +182,17 @@ class Engine:
                               tmax, 0, inventory_records(events) + nccl_gpu_records(events), stats)
         return EnginePart(found, window_counts(events, found, self.config.window_s), job_spans(events), addr,
                           tmax, events.height, inventory_records(events) + nccl_gpu_records(events), stats)
+
+    def absorb_counts(self, counts: pl.DataFrame) -> int:
+        """Fold line counts made elsewhere (``sources.vl_history.line_counts``: host, job_id, bucket,
+        lines, first, last) into the windows and spans; the lines' findings come in through
+        ``feed``/``partial(count_lines=False)``. Returns the lines counted."""
+        if counts.height == 0:
+            return 0
+        total = int(counts["lines"].sum())
+        tmax = int(counts["last"].max())  # type: ignore[arg-type]  # polars aggregate
+        self.absorb(EnginePart(empty_findings(), counted_windows(counts), counted_spans(counts), {}, tmax, total))
+        return total
 
     def absorb(self, part: EnginePart) -> None:
         """Fold a part (from ``partial``, here or in a worker) into the state."""

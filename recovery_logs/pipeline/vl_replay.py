@@ -8,7 +8,7 @@ are fetched only where the engine needs the text: lines a rule can match (the pa
 :func:`~recovery_logs.detectors.literals.needed_literals`, the same derivation as the local
 file prefilter) and the NCCL/NVML lines enrichment reads (:data:`ENRICH_LITERALS`). Those are
 read as sliced concurrent exports parsed by Polars (``history_batches_fast``) and fed with
-``Engine.count_lines = False``; the counts come in as one :class:`EnginePart`. The incidents
+``Engine.count_lines = False``; the counts come in through ``Engine.absorb_counts``. The incidents
 equal those of a replay of every row (tested on the real server), because
 
 * a line without any needed literal produces no finding, no address and no GPU record;
@@ -42,7 +42,7 @@ from recovery_logs.sources.read_common import Batch, ReadOptions
 from recovery_logs.sources.victorialogs import VictoriaLogsClient
 from recovery_logs.sources.vl_history import history_batches_fast, line_counts, logsql_field, plan_slices
 from recovery_logs.timeutil import rfc3339_to_ns_expr
-from recovery_logs.windows import counted_spans, counted_windows, empty_spans, window_counts
+from recovery_logs.windows import empty_spans, window_counts, window_us
 
 __all__ = ["ENRICH_LITERALS", "ProgressSummary", "PushdownPlan", "plan_pushdown", "progress_findings",
            "progress_summaries", "replay_source"]
@@ -254,7 +254,7 @@ def replay_source(client: VictoriaLogsClient, query: str, start_ns: int, end_ns:
         return replay([], opts, batches=history_batches_fast(client, query, start_ns, end_ns, read,
                                                              slice_rows=slice_rows, workers=workers), engine=eng)
     eng.count_lines = False
-    bucket_ns = int(round(eng.config.window_s * 1e6)) * 1000      # windows truncate to whole µs
+    bucket_ns = window_us(eng.config.window_s) * 1000      # the engine's windows
     box: dict[str, Any] = {}
 
     slices = plan_slices(client, plan.count, start_ns, end_ns, slice_rows)
@@ -284,9 +284,7 @@ def replay_source(client: VictoriaLogsClient, query: str, start_ns: int, end_ns:
         if "error" in box:
             raise box["error"]
         counts: pl.DataFrame = box["counts"]
-        total = int(counts["lines"].sum()) if counts.height else 0
-        tmax = int(counts["last"].max()) if counts.height else None   # type: ignore[arg-type]  # polars aggregate
-        eng.absorb(EnginePart(empty_findings(), counted_windows(counts), counted_spans(counts), {}, tmax, total))
+        total = eng.absorb_counts(counts)
         seq = 1 << 40      # after every fetched line's seq
         for p, pc in box["progress"]:
             found = progress_findings(pc, p.rule, seq)

@@ -62,7 +62,7 @@ import polars as pl
 from recovery_logs.config import EngineConfig
 from recovery_logs.errors import ConfigError, RecoveryLogsError, SourceError, VictoriaLogsError
 from recovery_logs.pipeline.cursor import WatchCursor, cursor_name
-from recovery_logs.pipeline.engine import Engine, EnginePart
+from recovery_logs.pipeline.engine import Engine
 from recovery_logs.records import Incident
 from recovery_logs.source_health import SourceHealth, health_incidents
 from recovery_logs.sources.files import events_from_vl_records
@@ -77,7 +77,7 @@ from recovery_logs.sources.victorialogs import VictoriaLogsClient, VLConnection,
 from recovery_logs.sources.vl_live import DEFAULT_TIERS, LATE_FIELD, Tier, VLPoller
 from recovery_logs.statelock import StateLock
 from recovery_logs.timeutil import NS, ns_to_iso
-from recovery_logs.windows import counted_spans, counted_windows
+from recovery_logs.windows import window_us
 
 if TYPE_CHECKING:
     from recovery_logs.pipeline.metrics import WatchMetrics
@@ -372,7 +372,7 @@ class Watcher:
                               max_keys=self.options.max_keys, max_window_s=self.options.catchup_max_s,
                               reconcile=self.options.reconcile,
                               count_query=compose_query(self.options.query, None),
-                              line_window_ns=self._window_ns(), read=self.read)
+                              line_window_ns=window_us(self.engine.config.window_s) * 1000, read=self.read)
                 if resume is not None:
                     vl.load_counts(side_counts(self._side_path()))
             else:
@@ -591,22 +591,14 @@ class Watcher:
         return min(behind) if behind else None
 
     # -- one step ----------------------------------------------------------------------------
-    def _window_ns(self) -> int:
-        return int(round(self.engine.config.window_s * 1e6)) * 1000     # windows truncate to whole µs
-
     def _server_counts(self) -> bool:
         """VictoriaLogs rows come prefiltered and the server counts every line of the scope:
         the rows then add findings only, the counts add the windows' lines (``_absorb_counts``)."""
         return isinstance(self.vl, VLPoller) and self.vl.line_window_ns is not None
 
     def _absorb_counts(self, counts: pl.DataFrame | None) -> None:
-        if counts is None or counts.height == 0:
-            return
-        total = int(counts["lines"].sum())
-        tmax = int(counts["last"].max())  # type: ignore[arg-type]  # polars aggregate
-        self.engine.absorb(EnginePart(self.engine.findings.clear(), counted_windows(counts), counted_spans(counts),
-                                      {}, tmax, total))
-        self.stats["lines_counted"] += total
+        if counts is not None:
+            self.stats["lines_counted"] += self.engine.absorb_counts(counts)
 
     def _feed(self, batch: Batch, count_late: bool = True, tally: bool = True, counted: bool = False) -> int:
         """``counted``: the batch's lines are counted by the server (``_absorb_counts``)."""
