@@ -37,7 +37,7 @@ ROLES = frozenset(r.value for r in Role)
 SEVERITIES = frozenset(s.value for s in Severity)
 ACTIONS = frozenset(a.value for a in EngineAction)
 # Named groups with these names are converted into FINDING_SCHEMA columns by the matcher.
-UNIT_GROUPS = frozenset({"step_time_ms", "it_per_s", "samples_per_s", "xid_hex", "nvl_status", "nvl_unit",
+UNIT_GROUPS = frozenset({"step_time_ms", "it_per_s", "samples_per_s", "tokens_per_s", "xid_hex", "nvl_status", "nvl_unit",
                          "nvl_severity", "recovery_action"})
 # Groups named step_time_ms_<part> (e.g. step_time_ms_fwd, step_time_ms_bwd) are summed into step_time_s.
 STEP_PART_PREFIX = "step_time_ms_"

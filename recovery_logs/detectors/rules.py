@@ -12,7 +12,7 @@ No per-line Python loop. The steps, all Polars expressions over the whole batch:
    file and position) wins: one finding per event at most.
 4. **Extraction** — per winning pattern, ``str.extract_groups`` on the rows it won only. Named
    groups named like FINDING_SCHEMA columns fill those columns; ``step_time_ms`` and
-   ``it_per_s``/``samples_per_s`` (inverted) become ``step_time_s``, ``step_time_ms_<part>`` groups are summed; every other group goes into ``detail`` (JSON).
+   ``it_per_s``/``samples_per_s``/``tokens_per_s`` (inverted) become ``step_time_s``, ``step_time_ms_<part>`` groups are summed; every other group goes into ``detail`` (JSON).
 5. **XID classification** — findings of ``category = "xid"`` rules with an ``xid`` take
    category/severity/role/action from the catalog (unknown code -> investigate, never
    fatal); XID 144-150 are decoded fatal/non-fatal (undecodable: the catalog's action for the code);
@@ -31,7 +31,7 @@ from recovery_logs.schema import EVENT_SCHEMA, FINDING_EXTRA_SCHEMA, FINDING_SCH
 
 _META = ("rule_id", "rule_version", "category", "severity", "role", "action")
 _VALUE_COLS = tuple(c for c in FINDING_EXTRA_SCHEMA if c not in _META + ("detail",))
-_CONVERTED = {"step_time_ms", "it_per_s", "samples_per_s"}
+_CONVERTED = {"step_time_ms", "it_per_s", "samples_per_s", "tokens_per_s"}
 _DECODE_ONLY = {"nvl_unit", "nvl_status", "nvl_severity", "recovery_action"}
 NVLINK5_XIDS = range(144, 151)
 
@@ -112,7 +112,7 @@ def _extract(sub: pl.DataFrame, rule: Rule, pattern: str) -> pl.DataFrame:
                 cols[n] = g(n)
             if n == "step_time_ms":
                 cols["step_time_s"] = g(n).str.replace_all(",", "").cast(pl.Float64, strict=False) / 1000.0
-            elif n in ("it_per_s", "samples_per_s"):
+            elif n in ("it_per_s", "samples_per_s", "tokens_per_s"):
                 # a rate: its inverse is the (relative) time per step, comparable across ranks of one job
                 cols["step_time_s"] = 1.0 / g(n).str.replace_all(",", "").cast(pl.Float64, strict=False)
             if n in _DECODE_ONLY:

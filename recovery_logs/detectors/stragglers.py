@@ -22,11 +22,34 @@ Verdicts:
   nodes, or a slow set that shifts) in ``persist`` windows of a job: category ``straggler``,
   severity low, role info, action ``investigate``, host null — for the job owner, never a drain.
   One finding per job.
+
+Timing *reports* that already compare ranks are evidence without minutes of per-rank lines
+(``rules/progress.toml``; the rows of a multi-line report are parsed here from its one record):
+
+* **Megatron StragglerDetector** (``MnRtt/Rnk … MxRtt/Rnk``, rank 0 once per log interval): a report
+  is *spread* when max/min round-trip time ``>= report_ratio`` and the gap ``>= report_min_gap_ms``
+  (the first of 3+ reports is warm-up and skipped). The same slowest rank in ``report_persist``
+  consecutive spread reports, with the hardware pointing at it too (lowest clock or highest
+  temperature on that rank) and a host known for the rank (per-rank lines of two or more hosts,
+  or nvidia-resiliency-ext ``Node=`` rows), is a slow node (``drain_node_and_requeue``); otherwise
+  — spread reports, or one report at ``report_single_ratio`` — ``investigate`` naming the rank.
+* **Megatron ``(min, max) time across ranks``** blocks: only the compute timers
+  (``forward-compute``, ``backward-compute``: the all-reduce/sync timers measure waiting, and
+  ``batch-generator`` spreads are normal). Spread (``>= timer_ratio``, gap ``>= timer_min_gap_ms``)
+  in two blocks, or one at ``timer_single_ratio``: ``investigate`` — the block names no rank.
+* **nvidia-resiliency-ext** warnings are ``investigate`` by rule; the same node named in
+  ``nvrx_persist`` reports (or all worst-scored ranks ``<= nvrx_score`` on one node in that many
+  score blocks) is a slow node (``drain_node_and_requeue``).
+* **job slowdown**: a job's step time (one progress stream) at ``slowdown_ratio`` × its earlier
+  median for ``slowdown_persist`` reports in a row: ``investigate`` (no peer to compare with, so
+  never a drain; single spikes — checkpoint saves, evaluation — do not persist).
 """
 
 from __future__ import annotations
 
+import json
 import logging
+import re
 from dataclasses import dataclass
 
 import numpy as np
@@ -48,6 +71,20 @@ class StragglerDetector:
     min_z: float = 3.5
     rel_floor: float = 0.02
     min_ranks_per_host: int = 2
+    report_ratio: float = 1.2
+    report_single_ratio: float = 1.5
+    report_min_gap_ms: float = 50.0
+    report_persist: int = 3
+    report_clock_ratio: float = 0.9
+    report_hot_c: float = 85.0
+    timer_ratio: float = 1.5
+    timer_single_ratio: float = 2.0
+    timer_min_gap_ms: float = 100.0
+    nvrx_persist: int = 2
+    nvrx_score: float = 0.75
+    slowdown_ratio: float = 2.0
+    slowdown_persist: int = 3
+    slowdown_baseline: int = 3
     name: str = "straggler"
 
     def window_scores(self, findings: pl.DataFrame, ctx: DetectContext) -> tuple[pl.DataFrame, pl.DataFrame]:
@@ -117,10 +154,13 @@ class StragglerDetector:
 
     def detect(self, findings: pl.DataFrame, windows: pl.DataFrame, ctx: DetectContext) -> pl.DataFrame:
         rs, hs = self.window_scores(findings, ctx)
-        if rs.is_empty():
-            return empty_findings()
-        wn = int(self.window_s * NS)
-        rows = self._slow_nodes(hs, wn) + self._imbalance(rs, hs, wn)
+        rows: list[dict] = []
+        if not rs.is_empty():
+            wn = int(self.window_s * NS)
+            rows = self._slow_nodes(hs, wn) + self._imbalance(rs, hs, wn)
+        rows += report_verdicts(self, findings, ctx)
+        if rows:
+            thermal_hosts(rows, findings, ctx)
         return synthetic_findings(self.name, rows) if rows else empty_findings()
 
     def _slow_nodes(self, hs: pl.DataFrame, wn: int) -> list[dict]:
@@ -178,4 +218,257 @@ class StragglerDetector:
         return rows
 
 
-__all__ = ["StragglerDetector"]
+# ---- timing reports ------------------------------------------------------------------------------
+
+MEGATRON_REPORT = "progress.megatron_straggler_report"
+MEGATRON_TIMERS = "progress.megatron_minmax_timers"
+NVRX_WARNING = "progress.nvrx_straggler_warning"
+NVRX_SCORES = "progress.nvrx_gpu_scores"
+REPORT_RULES = (MEGATRON_REPORT, MEGATRON_TIMERS, NVRX_WARNING, NVRX_SCORES)
+COMPUTE_TIMERS = ("forward-compute", "backward-compute")
+_TIMER_ROW = re.compile(r"^\s+([A-Za-z][\w\-]*(?:[ \-][\w\-]+)*) \.*: \((\d+(?:\.\d+)?), (\d+(?:\.\d+)?)\)\s*$", re.M)
+_SCORE_ROW = re.compile(r"^\s*Rank=(\d+) Node=([A-Za-z0-9][\w.\-]*) Score=(\d+(?:\.\d+)?)\s*$", re.M)
+_STRAGGLER_ID = re.compile(r"StragglerId\(rank=(\d+), node='?([A-Za-z0-9][\w.\-]*)'?\)")
+
+
+def _detail(row: dict) -> dict:
+    try:
+        d = json.loads(row.get("detail") or "{}")
+    except ValueError:
+        return {}
+    return d if isinstance(d, dict) else {}
+
+
+def _num(d: dict, key: str) -> float | None:
+    try:
+        return float(str(d[key]).replace(",", ""))
+    except (KeyError, ValueError):
+        return None
+
+
+def _rank_hosts(f: pl.DataFrame) -> dict[tuple[str, int], str]:
+    """(job, rank) -> host, from lines that carry both, for jobs whose ranks are seen on 2+ hosts
+    (one file holding every rank's output names no host per rank: no map)."""
+    r = with_rank(f).filter(pl.col("rank").is_not_null() & pl.col("host").is_not_null())
+    r = r.group_by(["job_id", "rank"]).agg(pl.col("host").mode().first())
+    multi = r.group_by("job_id").agg(pl.col("host").n_unique().alias("nh")).filter(pl.col("nh") >= 2)["job_id"]
+    r = r.filter(pl.col("job_id").is_in(multi.implode()))
+    return {(j, int(k)): h for j, k, h in r.select("job_id", "rank", "host").iter_rows()}
+
+
+def report_verdicts(det: StragglerDetector, findings: pl.DataFrame, ctx: DetectContext) -> list[dict]:
+    """Verdicts from timing reports and job slowdowns (see the module docstring)."""
+    f = upto(findings, ctx.watermark_ns).filter(
+        pl.col("job_id").is_not_null() & ~pl.col("rule_id").fill_null("").str.starts_with("detector."))
+    if f.is_empty():
+        return []
+    rep = f.filter(pl.col("rule_id").is_in(REPORT_RULES)).sort(["time", "seq"], nulls_last=True)
+    rows: list[dict] = []
+    hosts = _rank_hosts(f) if rep.height else {}
+    for (job,), g in rep.group_by(["job_id"], maintain_order=True):
+        recs = g.select("time", "rule_id", "message", "detail").iter_rows(named=True)
+        by_rule: dict[str, list[dict]] = {}
+        for r in recs:
+            by_rule.setdefault(r["rule_id"], []).append(r)
+        for r in by_rule.get(NVRX_SCORES, []):   # Node= rows name each rank's host
+            for rk, node, _ in _SCORE_ROW.findall(r["message"]):
+                hosts.setdefault((job, int(rk)), node)
+        rows += _megatron_reports(det, job, by_rule.get(MEGATRON_REPORT, []), hosts)
+        rows += _megatron_timers(det, job, by_rule.get(MEGATRON_TIMERS, []))
+        rows += _nvrx(det, job, by_rule.get(NVRX_WARNING, []), by_rule.get(NVRX_SCORES, []))
+    rows += _slowdowns(det, f)
+    return rows
+
+
+def thermal_hosts(rows: list[dict], findings: pl.DataFrame, ctx: DetectContext) -> None:
+    """A slow node that also reports thermal throttling (a ``thermal_power`` cause finding on the host):
+    the slowness is the throttling's symptom — the verdict becomes a symptom of that incident (the
+    thermal finding is the root cause and decides the action: investigate the cooling first)."""
+    hot = set(upto(findings, ctx.watermark_ns).filter(
+        (pl.col("category") == "thermal_power") & (pl.col("role") == "cause") & pl.col("host").is_not_null()
+    )["host"].unique().to_list())
+    for r in rows:
+        if r["action"] == "drain_node_and_requeue" and r.get("host") in hot:
+            r.update(role="symptom", severity="low", action="investigate")
+            r["message"] += "; the node also reports thermal throttling — its symptom, check the cooling first"
+
+
+def _t(r: dict) -> int:
+    return int(r["time"].timestamp() * NS) if hasattr(r["time"], "timestamp") else int(r["time"])
+
+
+@dataclass(frozen=True)
+class _Rtt:
+    """One Megatron straggler report: the fastest/slowest rank's round-trip time and the hardware hints."""
+
+    t: int
+    lo: float
+    hi: float
+    rank: int
+    key: str                  # the slowest rank's host when known, else "rank N"
+    hw: bool                  # a cut GPU clock or a hot GPU on the same host (or rank)
+    clk: float | None
+    clk_max: float | None
+
+    @property
+    def ratio(self) -> float:
+        return self.hi / self.lo
+
+
+def _megatron_reports(det: StragglerDetector, job: str, reps: list[dict], hosts: dict) -> list[dict]:
+    pts: list[_Rtt] = []
+
+    def where(rank: int) -> str:      # the rank's host when known, else the rank itself
+        return hosts.get((job, rank)) or f"rank {rank}"
+
+    for r in reps:
+        d = _detail(r)
+        lo, hi, rmax = _num(d, "rtt_min_ms"), _num(d, "rtt_max_ms"), _num(d, "rtt_max_rank")
+        if lo is None or hi is None or rmax is None or lo <= 0:
+            continue
+        key = where(int(rmax))
+        clk_r, tmp_r = _num(d, "clk_min_rank"), _num(d, "tmp_max_rank")
+        clk, clk_max, tmp = _num(d, "clk_min_mhz"), _num(d, "clk_max_mhz"), _num(d, "tmp_max_c")
+        # throttling shows: the lowest clock well below the highest, or a hot GPU, on the slow rank's host
+        slow_clock = (clk_r is not None and where(int(clk_r)) == key and clk is not None and clk_max is not None
+                      and clk <= det.report_clock_ratio * clk_max)
+        hot = tmp_r is not None and where(int(tmp_r)) == key and tmp is not None and tmp >= det.report_hot_c
+        pts.append(_Rtt(_t(r), lo, hi, int(rmax), key, slow_clock or hot, clk, clk_max))
+    if len(pts) >= 3:
+        pts = pts[1:]      # the first report of a run covers warm-up (compilation, NCCL set-up)
+    spread = [p.ratio >= det.report_ratio and p.hi - p.lo >= det.report_min_gap_ms for p in pts]
+    run: list[_Rtt] = []
+    best: list[_Rtt] = []
+    for p, sp in zip(pts, spread, strict=True):
+        run = (run + [p]) if sp and run and run[-1].key == p.key else ([p] if sp else [])
+        if len(run) > len(best):
+            best = list(run)
+    if len(best) >= det.report_persist:
+        last = best[-1]
+        rk = last.rank
+        ranks = sorted({p.rank for p in best})
+        ratio = float(np.median([p.ratio for p in best]))
+        hw = sum(p.hw for p in best) * 2 > len(best)
+        host = hosts.get((job, rk))
+        who = f"rank {rk}" if len(ranks) == 1 else f"ranks {', '.join(map(str, ranks[:8]))} (all on {host})"
+        why = (f"{who} the slowest in {len(best)} consecutive Megatron straggler reports: round-trip "
+               f"{last.hi:.0f} ms vs {last.lo:.0f} ms on the fastest rank ({ratio:.2f}x)")
+        if hw:
+            why += (f"; the lowest GPU clock is there too ({last.clk:.0f} vs {last.clk_max:.0f} MHz)"
+                    if last.clk is not None and last.clk_max is not None and last.clk < last.clk_max * 0.95
+                    else "; the hottest GPU is there too")
+        detail = {"kind": "report_rank", "rank": rk, "ranks": ranks, "ratio": round(ratio, 4), "reports": len(best),
+                  "hardware": hw}
+        if hw and host is not None:
+            return [{"time_ns": last.t, "host": host, "job_id": job, "rank": rk, "category": "straggler",
+                     "severity": "medium", "role": "cause", "action": "drain_node_and_requeue",
+                     "message": f"{why}; {'rank ' + str(rk) + ' runs on ' + host if len(ranks) == 1 else host}"
+                                " — a slow node", "detail": detail}]
+        return [{"time_ns": last.t, "host": None, "job_id": job, "rank": rk, "category": "straggler",
+                 "severity": "low", "role": "cause", "action": "investigate",
+                 "message": why + ("" if hw else "; no GPU clock or temperature points at it (imbalance or a slow GPU)")
+                 + ("" if host is not None else "; its host is not known from this log"), "detail": detail}]
+    n_spread = sum(spread)
+    top = max(pts, key=lambda p: p.ratio, default=None)
+    if top is not None and (n_spread >= 2 or (top.ratio >= det.report_single_ratio
+                                               and top.hi - top.lo >= det.report_min_gap_ms)):
+        return [{"time_ns": top.t, "host": None, "job_id": job, "rank": top.rank, "category": "straggler",
+                 "severity": "low", "role": "cause", "action": "investigate",
+                 "message": (f"Megatron straggler report: slowest rank {top.rank} at {top.hi:.0f} ms vs "
+                             f"{top.lo:.0f} ms ({top.ratio:.2f}x) in {max(n_spread, 1)} of {len(pts)} report(s);"
+                             " not the same rank persistently — investigate"),
+                 "detail": {"kind": "report_spread", "rank": top.rank, "ratio": round(top.ratio, 4),
+                            "spread_reports": n_spread}}]
+    return []
+
+
+def _megatron_timers(det: StragglerDetector, job: str, blocks: list[dict]) -> list[dict]:
+    parsed = []
+    for b in blocks:
+        rows = {name.strip(): (float(lo), float(hi)) for name, lo, hi in _TIMER_ROW.findall(b["message"])}
+        best = None
+        for name in COMPUTE_TIMERS:
+            if name in rows and rows[name][0] > 0:
+                lo, hi = rows[name]
+                if best is None or hi / lo > best[3]:
+                    best = (name, lo, hi, hi / lo)
+        if best is not None:
+            parsed.append((_t(b), *best))
+    if len(parsed) >= 3:
+        parsed = parsed[1:]      # warm-up block
+    spread = [p for p in parsed if p[4] >= det.timer_ratio and p[3] - p[2] >= det.timer_min_gap_ms]
+    top = max(spread, key=lambda p: p[4], default=None)
+    if top is None or (len(spread) < 2 and top[4] < det.timer_single_ratio):
+        return []
+    t, name, lo, hi, ratio = top
+    return [{"time_ns": t, "host": None, "job_id": job, "category": "straggler", "severity": "low", "role": "cause",
+             "action": "investigate",
+             "message": (f"Megatron timers: {name} {lo:.0f} ms on the fastest rank vs {hi:.0f} ms on the slowest "
+                         f"({ratio:.2f}x) in {len(spread)} of {len(parsed)} report(s); the block names no rank — "
+                         "a straggler or a pipeline-stage imbalance, investigate"),
+             "detail": {"kind": "timer_spread", "timer": name, "ratio": round(ratio, 4), "blocks": len(spread)}}]
+
+
+def _nvrx(det: StragglerDetector, job: str, warns: list[dict], scores: list[dict]) -> list[dict]:
+    """Nodes named by ``nvrx_persist`` warnings, or by that many score blocks whose worst rows (score
+    ``<= nvrx_score``) all lie on the node. Counted per report line (excerpts often carry no clock)."""
+    by_warn: dict[str, list[tuple[int, set[int]]]] = {}
+    by_score: dict[str, list[tuple[int, set[int]]]] = {}
+    for w in warns:
+        per: dict[str, set[int]] = {}
+        for rk, node in _STRAGGLER_ID.findall(w["message"]):
+            per.setdefault(node, set()).add(int(rk))
+        for node, rks in per.items():
+            by_warn.setdefault(node, []).append((_t(w), rks))
+    for s in scores:
+        low = [(int(rk), node) for rk, node, sc in _SCORE_ROW.findall(s["message"]) if float(sc) <= det.nvrx_score]
+        nodes = {node for _, node in low}
+        if len(nodes) == 1:
+            by_score.setdefault(nodes.pop(), []).append((_t(s), {rk for rk, _ in low}))
+    out = []
+    for node in sorted(set(by_warn) | set(by_score)):
+        n = max(len(by_warn.get(node, [])), len(by_score.get(node, [])))
+        if n < det.nvrx_persist:
+            continue
+        hits = by_warn.get(node, []) + by_score.get(node, [])
+        slow = sorted({rk for _, r in hits for rk in r})
+        out.append({"time_ns": max(t for t, _ in hits), "host": node, "job_id": job, "category": "straggler",
+                    "severity": "medium", "role": "cause", "action": "drain_node_and_requeue",
+                    "message": (f"nvidia-resiliency-ext named {node} (ranks {', '.join(map(str, slow[:8]))}) as a "
+                                f"straggler in {n} reports — a slow node"),
+                    "detail": {"kind": "nvrx_node", "reports": n, "ranks": slow}})
+    return out
+
+
+def _slowdowns(det: StragglerDetector, f: pl.DataFrame) -> list[dict]:
+    p = (f.filter((pl.col("role") == "progress") & pl.col("step_time_s").is_not_null()
+                  & pl.col("step_time_s").is_finite() & (pl.col("step_time_s") > 0))
+         .sort(["time", "seq"], nulls_last=True))
+    if p.height < det.slowdown_baseline + det.slowdown_persist:
+        return []
+    out = []
+    seen: set[str] = set()
+    for (job, _host, rank, rule), g in p.group_by(["job_id", "host", "rank", "rule_id"], maintain_order=True):
+        if job in seen or g.height < det.slowdown_baseline + det.slowdown_persist:
+            continue
+        st = g["step_time_s"].to_numpy()
+        for i in range(det.slowdown_baseline, len(st) - det.slowdown_persist + 1):
+            base = float(np.median(st[:i]))
+            seg = st[i:i + det.slowdown_persist]
+            if base > 0 and bool((seg >= det.slowdown_ratio * base).all()):
+                ratio = float(np.median(seg)) / base
+                t = g["time"][i + det.slowdown_persist - 1]
+                out.append({"time_ns": int(t.timestamp() * NS) if t is not None else 0, "host": None, "job_id": job,
+                            "category": "straggler", "severity": "low", "role": "cause", "action": "investigate",
+                            "message": (f"the job's step time rose from {base:.3f} s to {float(np.median(seg)):.3f} s "
+                                        f"({ratio:.2f}x) and stayed there for {det.slowdown_persist} reports"
+                                        f"{f' (rank {rank})' if rank is not None else ''} — a slowdown to investigate"
+                                        " (a slow or shared GPU/node, throttling, contention)"),
+                            "detail": {"kind": "slowdown", "ratio": round(ratio, 4), "from_s": round(base, 6),
+                                       "rule": rule}})
+                seen.add(job)
+                break
+    return out
+
+
+__all__ = ["REPORT_RULES", "StragglerDetector", "report_verdicts"]

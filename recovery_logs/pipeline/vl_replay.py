@@ -51,7 +51,7 @@ NS = 1_000_000_000
 
 
 
-_STEP_TIME_GROUPS = ("step_time_s", "step_time_ms", "it_per_s", "samples_per_s")
+_STEP_TIME_GROUPS = ("step_time_s", "step_time_ms", "it_per_s", "samples_per_s", "tokens_per_s")
 _UNSAFE = ("(?=", "(?!", "(?<", "(?i", "(?s", "(?m", "(?x")
 
 

@@ -11,6 +11,7 @@ import polars as pl
 
 from recovery_logs.simulate import formats as fmt
 from recovery_logs.simulate.cluster import HCA_PCI, Cluster
+from recovery_logs.simulate.dialect import Dialect
 from recovery_logs.simulate.script import Timeline
 from recovery_logs.timeutil import NS
 
@@ -61,9 +62,65 @@ def _chatter(rng: np.random.Generator, hosts: np.ndarray, t_lo: np.ndarray, c0: 
                      pl.concat_str([pl.col("p"), pl.col("n"), pl.col("s")]).alias("msg"))
 
 
+TIMER_FMT = "    {}: ({:.2f}, {:.2f})"     # megatron/core/timers.py, the name ljust(48, '.')
+
+
+def _rank_times(c: Cluster, tl: Timeline, rng: np.random.Generator, k: int, t: int, compute_frac: np.ndarray,
+                slow: list) -> np.ndarray:
+    """Each rank's own compute time (s) in iteration ``k`` (what a per-rank timer measures)."""
+    rr = np.arange(c.world)
+    factor = np.ones(c.world)
+    for ranks, t_from, t_to, f in slow:
+        factor[np.isin(rr, ranks) & (t >= t_from) & (t < t_to)] = f
+    return compute_frac[k] * tl.base_dur_s[k] * factor * (1 + 0.015 * rng.standard_normal(c.world))
+
+
+def _timing_report(c: Cluster, tl: Timeline, rng: np.random.Generator, k: int, t: int, compute_frac: np.ndarray,
+                   slow: list, hot: list, kind: str) -> list[tuple]:
+    """Rows of one timing report comparing ranks, printed after the iteration line of iteration ``k``:
+    Megatron's ``(min, max) time across ranks`` block (last rank) or its StragglerDetector line (rank 0)."""
+    st = _rank_times(c, tl, rng, k, t, compute_frac, slow) * 1000.0
+    last = c.world - 1
+    if kind == "megatron_timers":
+        it_ms = float(tl.it_dur_s[k]) * 1000.0
+        timers = [("forward-backward", it_ms * 0.965, it_ms * 0.97), ("forward-compute", st.min() * 0.33, st.max() * 0.33),
+                  ("backward-compute", st.min() * 0.62, st.max() * 0.62),
+                  ("batch-generator", float(rng.uniform(0.4, 0.6)), float(rng.uniform(0.7, 3.0))),
+                  ("all-grads-sync", float(rng.uniform(9, 12)), 12.0 + float(st.max() - st.min())),
+                  ("optimizer", float(rng.uniform(20.0, 20.5)), float(rng.uniform(20.6, 21.5)))]
+        node = c.nodes[c.node_of_rank(last)]
+        out = [(t + 1_000_000, node, "job", last, "(min, max) time across ranks (ms):")]
+        out += [(t + 1_000_000 + 1000 * (i + 1), node, "job", last, TIMER_FMT.format((n + " ").ljust(48, "."), a, b))
+                for i, (n, a, b) in enumerate(timers)]
+        return out
+    rr = np.arange(c.world)
+    hotm = np.zeros(c.world, dtype=bool)
+    for ranks, t_from, t_to in hot:
+        hotm |= np.isin(rr, ranks) & (t >= t_from) & (t < t_to)
+    clk = np.where(hotm, rng.uniform(1290, 1420, c.world), rng.uniform(1950, 1980, c.world))
+    tmp = np.where(hotm, rng.uniform(88, 93, c.world), rng.uniform(50, 68, c.world))
+    pwr = np.where(hotm, rng.uniform(420, 480, c.world), rng.uniform(600, 690, c.world))
+    utl = rng.uniform(96, 100, c.world)
+    drt = rng.uniform(10, 40, c.world)
+    tf = 296.0 * st.min() / st
+
+    def mm(v: np.ndarray, unit: str, name: str) -> str:
+        lo, hi = int(np.argmin(v)), int(np.argmax(v))
+        return f"Mn{name}/Rnk: {v[lo]:.2f}{unit}/{lo} | Mx{name}/Rnk: {v[hi]:.2f}{unit}/{hi}"
+    line = (f"INFO:megatron.core.utils:{fmt.bracket_time(t)} | {mm(st, 'ms', 'Rtt')} | {mm(pwr, 'W', 'Pwr')} | "
+            f"{mm(tmp, 'C', 'Tmp')} | {mm(utl, '%', 'Utl')} | {mm(clk, 'MHz', 'Clk')} | {mm(drt, 'us', 'DRtt')} | "
+            f"{mm(tf, 'TF', 'Etpt')}")
+    return [(t + 2_000_000, c.nodes[0], "job", 0, line)]
+
+
 def chunk_background(c: Cluster, tl: Timeline, rng: np.random.Generator, c0: int, c1: int, *,
                      rank_every: int, log_every: int, compute_frac: np.ndarray, slow: list,
-                     progress_stop: int, job_end: int, node_dead: dict[int, int]) -> pl.DataFrame:
+                     progress_stop: int, job_end: int, node_dead: dict[int, int], dialect: Dialect | None = None,
+                     hot: list | None = None) -> pl.DataFrame:
+    """``slow``: (ranks, t_from, t_to, factor) slowdowns; ``hot``: (ranks, t_from, t_to) whose GPUs run
+    hot with cut clocks (the Megatron straggler report shows it); ``dialect``: the run's wording."""
+    dialect = dialect or Dialect()
+    hot = hot or []
     G = c.gpus_per_node
     nodes = np.array(c.nodes)
     frames = []
@@ -88,12 +145,18 @@ def chunk_background(c: Cluster, tl: Timeline, rng: np.random.Generator, c0: int
         keep = t < dead
         t, node, rr, kk, ms, pid = t[keep], node[keep], rr[keep], kk[keep] + 1, ms[keep], pid[keep]
         ts = pl.Series(t)
-        msg = pl.select(pl.concat_str([
-            pl.lit("I"), pl.lit(fmt.strftime_ns(ts, "%m%d %H:%M:%S", 6)), pl.lit(" "), pl.lit(pid).cast(pl.String),
-            pl.lit(" train.py:318] [rank"), pl.lit(rr).cast(pl.String), pl.lit("] step "), pl.lit(kk).cast(pl.String),
-            pl.lit(" step_time="), pl.lit(ms // 1000).cast(pl.String), pl.lit("."),
-            pl.lit(ms % 1000).cast(pl.String).str.zfill(3), pl.lit("s"),
-        ])).to_series()
+        head = [pl.lit("I"), pl.lit(fmt.strftime_ns(ts, "%m%d %H:%M:%S", 6)), pl.lit(" "), pl.lit(pid).cast(pl.String),
+                pl.lit(" train.py:318] [rank"), pl.lit(rr).cast(pl.String), pl.lit("] step "), pl.lit(kk).cast(pl.String)]
+        if dialect.rank_timing == "phase":   # Megatron/NeMo per-rank phase timings; their sum is the step time
+            fwd = np.round(ms * 0.33, 2)
+            bwd = np.round(ms * 0.62, 2)
+            opt = np.round(ms - fwd - bwd, 2)
+            body = [pl.lit(" timing: forward-compute "), pl.lit(fwd).cast(pl.String), pl.lit(" ms | backward-compute "),
+                    pl.lit(bwd).cast(pl.String), pl.lit(" ms | optimizer "), pl.lit(opt).cast(pl.String), pl.lit(" ms")]
+        else:
+            body = [pl.lit(" step_time="), pl.lit(ms // 1000).cast(pl.String), pl.lit("."),
+                    pl.lit(ms % 1000).cast(pl.String).str.zfill(3), pl.lit("s")]
+        msg = pl.select(pl.concat_str(head + body)).to_series()
         frames.append(pl.DataFrame({"t": ts, "host": pl.Series(c.nodes).gather(node), "stream": "job",
                                     "rank": pl.Series(rr, dtype=pl.Int32), "msg": msg}))
     # ---- Megatron iteration lines (printed by the last rank) ------------------------------------
@@ -114,6 +177,8 @@ def chunk_background(c: Cluster, tl: Timeline, rng: np.random.Generator, c0: int
                 f"global batch size:   512 | lm loss: {loss:.6E} | loss scale: 1.0 | grad norm: "
                 f"{1.1 + 0.1 * float(rng.random()):.3f} | number of skipped iterations:   0 | number of nan iterations:   0 |")
         rows.append((t, c.nodes[ln], "job", last, line))
+        if dialect.timing_report != "none":
+            rows += _timing_report(c, tl, rng, k, t, compute_frac, slow, hot, dialect.timing_report)
         if it % 2000 == 0:
             rows.append((t + 2_000_000, c.nodes[0], "job", 0, f"[rank0]: saving checkpoint at iteration {it:>7d} to "
                          "/checkpoints/gpt-175b in torch_dist format"))

@@ -10,6 +10,16 @@ forms follow the real-log corpus (``tests/corpus/real/dev``: e.g. NVIDIA/nccl#92
 pytorch/pytorch#16417, #59778, pytorch-ofa#271, open-gpu-kernel-modules#1150, pybnf#118); the
 values in them (addresses, ports, codes, sizes, PCI ids) come from the simulated cluster.
 
+Training-output timing (issue 13 §5) varies too: per-rank lines as ``step N step_time=Xs`` or as
+Megatron/NeMo's ``[rankN] step N timing: forward-compute … ms | backward-compute … ms | optimizer … ms``;
+and rank 0 / the last rank may add reports that compare ranks — Megatron-LM's ``(min, max) time across
+ranks (ms):`` timer block (megatron/core/timers.py) or its StragglerDetector line ``MnRtt/Rnk: … |
+MxRtt/Rnk: …`` with GPU power/temperature/clock extremes (megatron/core/utils.py). A hot GPU's health
+report follows DCGM 4 (``Detected clocks event due to thermal violation``), DCGM 3 (``Detected clock
+throttling due to thermal violation``) or an ``nvidia-smi -q`` clocks-event block (``HW Thermal Slowdown
+: Active``; older drivers title it ``Clocks Throttle Reasons``), as NVIDIA/DCGM#270 and the nvidia-smi
+pastes in the corpus show.
+
 A ``Dialect`` is drawn once per scenario run from its own random stream (so the other lines of a
 run keep their bytes); ``Dialect()`` is the wording the simulator wrote before variants existed.
 """
@@ -37,15 +47,22 @@ class Dialect:
     cuda_old: bool = False             # `RuntimeError: cuda runtime error (77) : … at …THC….cpp:N`
     oom_old: bool = False              # `RuntimeError: CUDA out of memory. Tried to allocate … (GPU 3; … free; …)`
     oomkill_old: bool = False          # `Detected 1 oom-kill event(s) in step J.0 cgroup. …`
+    rank_timing: str = "step_time"     # per-rank lines: step_time | phase (`timing: forward-compute … ms | …`)
+    timing_report: str = "none"        # none | megatron_timers (`(min, max) time across ranks`) | megatron_straggler
+    thermal_form: str = "dcgm4"        # dcgm4 `clocks event due to thermal violation` | dcgm3 `clock throttling …` | smi
 
     @classmethod
     def draw(cls, rng: np.random.Generator) -> Dialect:
-        """Every variant with probability 1/2 (the three-way Xid form 1/3 each)."""
+        """Every variant with probability 1/2 (the three-way forms 1/3 each); later fields are drawn after
+        the earlier ones, so adding a field leaves the earlier draws of a seed unchanged."""
         coin = lambda: bool(rng.random() < 0.5)  # noqa: E731
         return cls(nccl_warn_src=coin(), ib_completion_old=coin(), nccl_transport="socket" if coin() else "ib",
                    ib_async_event=coin(), xid_who=str(rng.choice(["named", "unknown", "pid"])),
                    xid45_form="caused_by" if coin() else "preemptive", watchdog_numel=coin(), cuda_old=coin(),
-                   oom_old=coin(), oomkill_old=coin())
+                   oom_old=coin(), oomkill_old=coin(),
+                   rank_timing="phase" if coin() else "step_time",
+                   timing_report=str(rng.choice(["none", "megatron_timers", "megatron_straggler"])),
+                   thermal_form=str(rng.choice(["dcgm4", "dcgm3", "smi"])))
 
     def names(self) -> dict[str, object]:
         """The variants drawn for the run (for truth.json): those that differ from the default wording. A
@@ -81,6 +98,25 @@ class Dialect:
                     f"len {opcode}, vendor err 129 (Recv)")
         return (f"WARN NET/IB : Got completion from peer {peer_ip}<{port}> with status={status} opcode={opcode} "
                 f"len=0 vendor err 129 (Recv) localGid ::ffff:0.0.0.0 remoteGids::ffff:{peer_ip}")
+
+    def thermal_report(self, gpu: int, bus: str, smi_old: bool) -> list[str]:
+        """The lines a GPU health check prints for a GPU whose clocks the driver cut for temperature."""
+        if self.thermal_form == "smi":
+            title = "Clocks Throttle Reasons" if smi_old else "Clocks Event Reasons"
+            return [f"GPU 00000000:{bus}:00.0", "    Performance State                     : P0", f"    {title}",
+                    "        Idle                              : Not Active",
+                    "        Applications Clocks Setting       : Not Active",
+                    "        SW Power Cap                      : Not Active",
+                    "        HW Slowdown                       : Active",
+                    "            HW Thermal Slowdown           : Active",
+                    "            HW Power Brake Slowdown       : Not Active",
+                    "        Sync Boost                        : Not Active",
+                    "        SW Thermal Slowdown               : Active",
+                    "        Display Clock Setting             : Not Active"]
+        what = "clocks event" if self.thermal_form == "dcgm4" else "clock throttling"
+        return [f"ERROR [{4000 + gpu}:{4002 + gpu}] [[Health]] Detected a WARNING in health system Thermal: 'Detected "
+                f"{what} due to thermal violation in GPU {gpu}. Verify that the cooling on this machine is functional, "
+                "including external, thermal material interface, fans, and any other components."]
 
 
 __all__ = ["OLD_CUDA_CODES", "Dialect"]

@@ -195,8 +195,9 @@ def simulate_one(name: str, opts: SimOptions, push: Callable | None = None) -> S
     specs = _fault_specs(parts, c, rng, opts.duration_s)
     # two passes: faults declare slowdowns that shape the timeline their lines then refer to
     probe = sc.Script(c, np.random.default_rng([opts.seed, 1]), _timeline(c, np.random.default_rng([opts.seed, 2]), [])[0])
-    slow = [x for part, spec in zip(parts, specs, strict=True) if part in SLOW_SCENARIOS
-            for x in SCENARIOS[part][0](probe, spec).slow]
+    probed = [SCENARIOS[part][0](probe, spec) for part, spec in zip(parts, specs, strict=True) if part in SLOW_SCENARIOS]
+    slow = [x for f in probed for x in f.slow]
+    hot = [(r, a, b) for f in probed if f.hot for r, a, b, _ in f.slow]   # slowed by temperature: reports show it
     tl, it_s = _timeline(c, np.random.default_rng([opts.seed, 2]), slow)
     s = sc.Script(c, np.random.default_rng([opts.seed, stable_hash("script", name)]), tl,
                   dialect=Dialect.draw(np.random.default_rng([opts.seed, stable_hash("dialect", name)])))
@@ -241,7 +242,8 @@ def simulate_one(name: str, opts: SimOptions, push: Callable | None = None) -> S
             hi = len(times) if i == len(bounds) - 1 else int(np.searchsorted(times, c1))
             crng = np.random.default_rng([opts.seed, stable_hash("chunk", name), i])
             bg = chunk_background(c, tl, crng, c0, c1, rank_every=rank_every, log_every=10, compute_frac=compute_frac,
-                                  slow=slow, progress_stop=progress_stop, job_end=job_end, node_dead=node_dead)
+                                  slow=slow, progress_stop=progress_stop, job_end=job_end, node_dead=node_dead,
+                                  dialect=s.dialect, hot=hot)
             df = pl.concat([rows.slice(lo, hi - lo), bg], how="vertical")
             df = add_noise(df, crng, opts.dup_rate, opts.garbage_rate)
             total += df.height

@@ -48,6 +48,7 @@ class Fault:
     decisive_host: str | None = None       # host of the decisive line when it is not the culprit
     masked: bool = False                   # in a combination: an earlier fault ended the job first
     slow: list[tuple[np.ndarray, int, int, float]] = field(default_factory=list)
+    hot: bool = False                      # the slowdown is thermal: GPU clocks cut, temperatures high
 
 
 def _rank(s: Script, node: int, gpu: int) -> int:
@@ -344,7 +345,29 @@ def straggler_node(s: Script, f: Spec) -> Fault:
     ranks = np.array(list(c.ranks_of(f.node)))
     return Fault(kind="straggler_node", category="straggler", culprit_node=f.node, culprit_gpu=None, node_fault=True,
                  fault_t=f.t, decisive_t=None, actions=("drain_node", "investigate", "requeue_job"),
-                 slow=[(ranks, f.t, c.end_ns, factor)])
+                 slow=[(ranks, f.t, c.end_ns, factor)], hot=True)
+
+
+def gpu_thermal(s: Script, f: Spec) -> Fault:
+    """One GPU overheats: the driver cuts its clocks (HW/SW thermal slowdown), the node's GPU health
+    check reports it (DCGM or ``nvidia-smi -q``, in the run's wording) every few minutes, and that
+    GPU's rank computes 1.25-1.4x slower, holding the job back. Thermal, to investigate (cooling,
+    fans); the node may be drained once confirmed."""
+    c = s.cluster
+    rank = _rank(s, f.node, f.gpu)
+    factor = float(s.rng.uniform(1.25, 1.4))
+    bus = c.pci(f.gpu).split(":")[1]
+    smi_old = bool(s.rng.random() < 0.5)
+    first = None
+    t = f.t + s.jitter(20, 40)
+    while t < c.end_ns - 30 * NS:
+        for i, line in enumerate(s.dialect.thermal_report(f.gpu, bus, smi_old)):
+            tt = s.job(t + i * 1000, f.node, line)
+            first = tt if first is None else first
+        t += s.jitter(170, 240)
+    return Fault(kind="gpu_thermal", category="thermal_power", culprit_node=f.node, culprit_gpu=f.gpu, node_fault=True,
+                 fault_t=f.t, decisive_t=first, actions=("investigate", "drain_node", "requeue_job"),
+                 slow=[(np.array([rank]), f.t, c.end_ns, factor)], hot=True)
 
 
 def workload_imbalance(s: Script, f: Spec) -> Fault:
@@ -466,11 +489,11 @@ def healthy(s: Script, f: Spec) -> Fault:
 
 
 # scenarios whose evidence is only in the job's own output: masked when an earlier fault ended the job
-JOB_SIDE = frozenset({"straggler_node", "workload_imbalance", "silent_hang", "user_exception", "gpu_oom",
+JOB_SIDE = frozenset({"straggler_node", "workload_imbalance", "gpu_thermal", "silent_hang", "user_exception", "gpu_oom",
                       "nccl_net_error"})
 
 # scenarios that slow ranks down (the timeline is computed from their slowdowns first)
-SLOW_SCENARIOS = frozenset({"straggler_node", "workload_imbalance"})
+SLOW_SCENARIOS = frozenset({"straggler_node", "workload_imbalance", "gpu_thermal"})
 
 # name -> (function, seconds needed after the fault for its lines to play out)
 SCENARIOS: dict[str, tuple[Callable[[Script, Spec], Fault], int]] = {
@@ -491,6 +514,7 @@ SCENARIOS: dict[str, tuple[Callable[[Script, Spec], Fault], int]] = {
     "silent_hang": (silent_hang, 660),
     "straggler_node": (straggler_node, 600),
     "workload_imbalance": (workload_imbalance, 600),
+    "gpu_thermal": (gpu_thermal, 600),
     "user_exception": (user_exception, 60),
     "gpu_oom": (gpu_oom, 60),
     "host_oom": (host_oom, 60),
