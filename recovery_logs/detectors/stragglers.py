@@ -40,8 +40,8 @@ Timing *reports* that already compare ranks are evidence without minutes of per-
 * **nvidia-resiliency-ext** warnings are ``investigate`` by rule; the same node named in
   ``nvrx_persist`` reports (or all worst-scored ranks ``<= nvrx_score`` on one node in that many
   score blocks) is a slow node (``drain_node_and_requeue``).
-* **job slowdown**: a job's step time (one progress stream) at ``slowdown_ratio`` × its earlier
-  median for ``slowdown_persist`` reports in a row: ``investigate`` (no peer to compare with, so
+* **job slowdown**: a job's step time (one progress stream) at ``slowdown_ratio`` × the median of
+  the ``slowdown_window`` reports before for ``slowdown_persist`` reports in a row: ``investigate`` (no peer to compare with, so
   never a drain; single spikes — checkpoint saves, evaluation — do not persist).
 """
 
@@ -85,6 +85,7 @@ class StragglerDetector:
     slowdown_ratio: float = 2.0
     slowdown_persist: int = 3
     slowdown_baseline: int = 3
+    slowdown_window: int = 20
     name: str = "straggler"
 
     def window_scores(self, findings: pl.DataFrame, ctx: DetectContext) -> tuple[pl.DataFrame, pl.DataFrame]:
@@ -224,9 +225,12 @@ MEGATRON_REPORT = "progress.megatron_straggler_report"
 MEGATRON_TIMERS = "progress.megatron_minmax_timers"
 NVRX_WARNING = "progress.nvrx_straggler_warning"
 NVRX_SCORES = "progress.nvrx_gpu_scores"
-REPORT_RULES = (MEGATRON_REPORT, MEGATRON_TIMERS, NVRX_WARNING, NVRX_SCORES)
+MEGATRON_ALL = "progress.megatron_all_ranks_timers"
+REPORT_RULES = (MEGATRON_REPORT, MEGATRON_TIMERS, NVRX_WARNING, NVRX_SCORES, MEGATRON_ALL)
 COMPUTE_TIMERS = ("forward-compute", "backward-compute")
 _TIMER_ROW = re.compile(r"^\s+([A-Za-z][\w\-]*(?:[ \-][\w\-]+)*) \.*: \((\d+(?:\.\d+)?), (\d+(?:\.\d+)?)\)\s*$", re.M)
+_ALL_TIMER = re.compile(r"^  ([A-Za-z][\w\-]*(?:[ \-][\w\-]+)*):\s*$((?:\n     rank\s*\d+: \d+(?:\.\d+)?[ \t]*$)+)", re.M)
+_ALL_ROW = re.compile(r"rank\s*(\d+): (\d+(?:\.\d+)?)")
 _SCORE_ROW = re.compile(r"^\s*Rank=(\d+) Node=([A-Za-z0-9][\w.\-]*) Score=(\d+(?:\.\d+)?)\s*$", re.M)
 _STRAGGLER_ID = re.compile(r"StragglerId\(rank=(\d+), node='?([A-Za-z0-9][\w.\-]*)'?\)")
 
@@ -247,8 +251,8 @@ def _num(d: dict, key: str) -> float | None:
 
 
 def _rank_hosts(f: pl.DataFrame) -> dict[tuple[str, int], str]:
-    """(job, rank) -> host, from lines that carry both, for jobs whose ranks are seen on 2+ hosts
-    (one file holding every rank's output names no host per rank: no map)."""
+    """(job, rank) -> host, from (per-rank progress) lines that carry both, for jobs whose ranks are
+    seen on 2+ hosts (one file holding every rank's output names no host per rank: no map)."""
     r = with_rank(f).filter(pl.col("rank").is_not_null() & pl.col("host").is_not_null())
     r = r.group_by(["job_id", "rank"]).agg(pl.col("host").mode().first())
     multi = r.group_by("job_id").agg(pl.col("host").n_unique().alias("nh")).filter(pl.col("nh") >= 2)["job_id"]
@@ -264,7 +268,8 @@ def report_verdicts(det: StragglerDetector, findings: pl.DataFrame, ctx: DetectC
         return []
     rep = f.filter(pl.col("rule_id").is_in(REPORT_RULES)).sort(["time", "seq"], nulls_last=True)
     rows: list[dict] = []
-    hosts = _rank_hosts(f) if rep.height else {}
+    megatron = rep.filter(pl.col("rule_id").is_in([MEGATRON_REPORT, MEGATRON_ALL])).height > 0   # bare ranks
+    hosts = _rank_hosts(f.filter(pl.col("role") == "progress")) if megatron else {}
     for (job,), g in rep.group_by(["job_id"], maintain_order=True):
         recs = g.select("time", "rule_id", "message", "detail").iter_rows(named=True)
         by_rule: dict[str, list[dict]] = {}
@@ -274,6 +279,7 @@ def report_verdicts(det: StragglerDetector, findings: pl.DataFrame, ctx: DetectC
             for rk, node, _ in _SCORE_ROW.findall(r["message"]):
                 hosts.setdefault((job, int(rk)), node)
         rows += _megatron_reports(det, job, by_rule.get(MEGATRON_REPORT, []), hosts)
+        rows += _megatron_all_ranks(det, job, by_rule.get(MEGATRON_ALL, []), hosts)
         rows += _megatron_timers(det, job, by_rule.get(MEGATRON_TIMERS, []))
         rows += _nvrx(det, job, by_rule.get(NVRX_WARNING, []), by_rule.get(NVRX_SCORES, []))
     rows += _slowdowns(det, f)
@@ -334,6 +340,32 @@ def _megatron_reports(det: StragglerDetector, job: str, reps: list[dict], hosts:
                       and clk <= det.report_clock_ratio * clk_max)
         hot = tmp_r is not None and where(int(tmp_r)) == key and tmp is not None and tmp >= det.report_hot_c
         pts.append(_Rtt(_t(r), lo, hi, int(rmax), key, slow_clock or hot, clk, clk_max))
+    return _rtt_verdict(det, job, pts, hosts, "Megatron straggler reports")
+
+
+def _megatron_all_ranks(det: StragglerDetector, job: str, blocks: list[dict], hosts: dict) -> list[dict]:
+    """``times across ranks (ms):`` blocks: per block the compute timer with the widest spread, its
+    slowest rank named (no hardware readings in this report)."""
+    pts: list[_Rtt] = []
+    for b in blocks:
+        best: _Rtt | None = None
+        for name, body in _ALL_TIMER.findall(b["message"]):
+            if name.strip() not in COMPUTE_TIMERS:
+                continue
+            vals = {int(rk): float(v) for rk, v in _ALL_ROW.findall(body)}
+            if len(vals) < 2 or min(vals.values()) <= 0:
+                continue
+            rk = max(vals, key=lambda k: vals[k])
+            cand = _Rtt(_t(b), min(vals.values()), vals[rk], rk, hosts.get((job, rk)) or f"rank {rk}", False, None, None)
+            if best is None or cand.ratio > best.ratio:
+                best = cand
+        if best is not None:
+            pts.append(best)
+    return _rtt_verdict(det, job, pts, hosts, "Megatron per-rank timer reports")
+
+
+def _rtt_verdict(det: StragglerDetector, job: str, pts: list[_Rtt], hosts: dict, label: str) -> list[dict]:
+    """Slow-node / investigate verdict from a series of reports that name the slowest rank."""
     if len(pts) >= 3:
         pts = pts[1:]      # the first report of a run covers warm-up (compilation, NCCL set-up)
     spread = [p.ratio >= det.report_ratio and p.hi - p.lo >= det.report_min_gap_ms for p in pts]
@@ -351,7 +383,7 @@ def _megatron_reports(det: StragglerDetector, job: str, reps: list[dict], hosts:
         hw = sum(p.hw for p in best) * 2 > len(best)
         host = hosts.get((job, rk))
         who = f"rank {rk}" if len(ranks) == 1 else f"ranks {', '.join(map(str, ranks[:8]))} (all on {host})"
-        why = (f"{who} the slowest in {len(best)} consecutive Megatron straggler reports: round-trip "
+        why = (f"{who} the slowest in {len(best)} consecutive {label}: "
                f"{last.hi:.0f} ms vs {last.lo:.0f} ms on the fastest rank ({ratio:.2f}x)")
         if hw:
             why += (f"; the lowest GPU clock is there too ({last.clk:.0f} vs {last.clk_max:.0f} MHz)"
@@ -374,7 +406,7 @@ def _megatron_reports(det: StragglerDetector, job: str, reps: list[dict], hosts:
                                                and top.hi - top.lo >= det.report_min_gap_ms)):
         return [{"time_ns": top.t, "host": None, "job_id": job, "rank": top.rank, "category": "straggler",
                  "severity": "low", "role": "cause", "action": "investigate",
-                 "message": (f"Megatron straggler report: slowest rank {top.rank} at {top.hi:.0f} ms vs "
+                 "message": (f"{label}: slowest rank {top.rank} at {top.hi:.0f} ms vs "
                              f"{top.lo:.0f} ms ({top.ratio:.2f}x) in {max(n_spread, 1)} of {len(pts)} report(s);"
                              " not the same rank persistently — investigate"),
                  "detail": {"kind": "report_spread", "rank": top.rank, "ratio": round(top.ratio, 4),
@@ -441,33 +473,35 @@ def _nvrx(det: StragglerDetector, job: str, warns: list[dict], scores: list[dict
 
 
 def _slowdowns(det: StragglerDetector, f: pl.DataFrame) -> list[dict]:
-    p = (f.filter((pl.col("role") == "progress") & pl.col("step_time_s").is_not_null()
-                  & pl.col("step_time_s").is_finite() & (pl.col("step_time_s") > 0))
+    """Per progress stream (job, host, rank, rule): the last ``slowdown_persist`` step times all at
+    ``slowdown_ratio`` × the median of up to ``slowdown_window`` before them (at least
+    ``slowdown_baseline``). Vectorised (rolling windows over each stream); one finding per job."""
+    key = ["job_id", "host", "rank", "rule_id"]
+    st = pl.col("step_time_s")
+    p = (f.filter((pl.col("role") == "progress") & st.is_not_null() & st.is_finite() & (st > 0))
          .sort(["time", "seq"], nulls_last=True))
     if p.height < det.slowdown_baseline + det.slowdown_persist:
         return []
+    k = det.slowdown_persist
+    p = p.with_columns(
+        st.shift(k).rolling_median(window_size=det.slowdown_window, min_samples=det.slowdown_baseline).over(key)
+        .alias("_before"),
+        st.rolling_min(window_size=k, min_samples=k).over(key).alias("_low"),
+        st.rolling_median(window_size=k, min_samples=k).over(key).alias("_now"))
+    hit = (p.filter(pl.col("_before").is_not_null() & (pl.col("_low") >= det.slowdown_ratio * pl.col("_before")))
+           .unique("job_id", keep="first", maintain_order=True))
     out = []
-    seen: set[str] = set()
-    for (job, _host, rank, rule), g in p.group_by(["job_id", "host", "rank", "rule_id"], maintain_order=True):
-        if job in seen or g.height < det.slowdown_baseline + det.slowdown_persist:
-            continue
-        st = g["step_time_s"].to_numpy()
-        for i in range(det.slowdown_baseline, len(st) - det.slowdown_persist + 1):
-            base = float(np.median(st[:i]))
-            seg = st[i:i + det.slowdown_persist]
-            if base > 0 and bool((seg >= det.slowdown_ratio * base).all()):
-                ratio = float(np.median(seg)) / base
-                t = g["time"][i + det.slowdown_persist - 1]
-                out.append({"time_ns": int(t.timestamp() * NS) if t is not None else 0, "host": None, "job_id": job,
-                            "category": "straggler", "severity": "low", "role": "cause", "action": "investigate",
-                            "message": (f"the job's step time rose from {base:.3f} s to {float(np.median(seg)):.3f} s "
-                                        f"({ratio:.2f}x) and stayed there for {det.slowdown_persist} reports"
-                                        f"{f' (rank {rank})' if rank is not None else ''} — a slowdown to investigate"
-                                        " (a slow or shared GPU/node, throttling, contention)"),
-                            "detail": {"kind": "slowdown", "ratio": round(ratio, 4), "from_s": round(base, 6),
-                                       "rule": rule}})
-                seen.add(job)
-                break
+    for r in hit.select("time", "job_id", "rank", "rule_id", "_before", "_now").iter_rows(named=True):
+        ratio = r["_now"] / r["_before"]
+        who = f" (rank {r['rank']})" if r["rank"] is not None else ""
+        out.append({"time_ns": _t(r), "host": None, "job_id": r["job_id"], "category": "straggler", "severity": "low",
+                    "role": "cause", "action": "investigate",
+                    "message": (f"the job's step time rose from {r['_before']:.3f} s to {r['_now']:.3f} s ({ratio:.2f}x)"
+                                f" and stayed there for {k} reports"
+                                f"{who} — a slowdown to investigate"
+                                " (a slow or shared GPU/node, throttling, contention)"),
+                    "detail": {"kind": "slowdown", "ratio": round(ratio, 4), "from_s": round(r["_before"], 6),
+                               "rule": r["rule_id"]}})
     return out
 
 

@@ -156,3 +156,24 @@ def test_step_time_that_triples_and_stays_is_a_slowdown(tmp_path: Path) -> None:
 def test_single_slow_iteration_is_not_a_slowdown(tmp_path: Path) -> None:
     secs = [32.7, 32.4, 32.8, 95.0, 31.7, 30.5, 32.1, 32.9, 31.8]     # one checkpoint-save iteration
     assert straggler(run(tmp_path, {"x.out": [took(5 * i, v) for i, v in enumerate(secs)]})) == []
+
+
+def all_ranks_block(slow_ms: float, slow: int = 2) -> list[str]:
+    # megatron/core/timers.py _get_all_ranks_time_string() (--timing-log-option all)
+    rows = ["times across ranks (ms):", "  forward-compute:"]
+    rows += [f"     rank {r:2d}: {slow_ms if r == slow else 611.0 + r:.2f}" for r in range(8)]
+    rows += ["  all-grads-sync:"] + [f"     rank {r:2d}: {900.0 if r != slow else 12.0:.2f}" for r in range(8)]
+    return rows
+
+
+def test_all_ranks_timer_blocks_name_the_slow_rank(tmp_path: Path) -> None:
+    lines: list[str] = []
+    for k in range(4):
+        lines += [iteration(100 * (k + 1), 4400.0)] + all_ranks_block(944.18)
+    got = straggler(run(tmp_path, {"gpu-b1.out": lines}))
+    assert len(got) == 1 and kinds(got[0]) == ["investigate"]      # no clock/temperature in this report
+    assert "rank 2 the slowest in 3 consecutive Megatron per-rank timer reports" in got[0].cause
+    balanced: list[str] = []
+    for k in range(4):
+        balanced += [iteration(100 * (k + 1), 4400.0)] + all_ranks_block(615.0)
+    assert straggler(run(tmp_path / "b", {"gpu-b1.out": balanced})) == []

@@ -78,9 +78,9 @@ def test_files_parse_with_the_readers_and_carry_the_decisive_line(sim_all: Path)
         assert set(ev.filter(pl.col("file").str.contains("/job-"))["job_id"].unique()) == {truth["job_id"]}, name
         assert ev["time"].null_count() == 0, name
         if truth["decisive_time"] is not None:
-            # NCCL lines and Python tracebacks carry no timestamp: the reader gives them their
-            # neighbour's time, at most one per-rank step interval (~4 s) earlier
-            slack = 6 if name in ("nccl_net_error", "gpu_oom", "user_exception") else 1
+            # NCCL lines, Python tracebacks and GPU health-check output carry no timestamp: the reader
+            # gives them their neighbour's time, at most one per-rank step interval (~4 s) earlier
+            slack = 6 if name in ("nccl_net_error", "gpu_oom", "user_exception", "gpu_thermal") else 1
             t = iso_to_ns(truth["decisive_time"])
             near = ev.filter((pl.col("host") == truth["decisive_node"])
                              & ((pl.col("time").dt.epoch("ns") - t).abs() <= slack * 1_000_000_000))
