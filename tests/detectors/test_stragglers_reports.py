@@ -177,3 +177,15 @@ def test_all_ranks_timer_blocks_name_the_slow_rank(tmp_path: Path) -> None:
     for k in range(4):
         balanced += [iteration(100 * (k + 1), 4400.0)] + all_ranks_block(615.0)
     assert straggler(run(tmp_path / "b", {"gpu-b1.out": balanced})) == []
+
+
+def test_slow_node_that_reports_thermal_throttling_stays_a_thermal_incident(tmp_path: Path) -> None:
+    reps = [megatron_report(60 + 30 * k, 3215.0, 4810.0, 5, 5, 5) for k in range(5)]
+    files = two_host_job(reps)
+    # NVIDIA/DCGM#270 wording (nv-hostengine.log puts its timestamp first), from the slow rank's node
+    files["gpu-b2.out"].append(f"{stamp(75)}.102 ERROR [1514002:1514004] [[Health]] Detected a WARNING in health system Thermal: 'Detected "
+                               "clocks event due to thermal violation in GPU 1. Verify that the cooling on this machine is "
+                               "functional, including external, thermal material interface, fans, and any other components.")
+    incidents = run(tmp_path, files)
+    assert incidents and incidents[0].category == "thermal_power" and incidents[0].node == "gpu-b2"
+    assert not any(a.kind == "drain_node" for i in incidents for a in i.actions)
