@@ -20,7 +20,7 @@ from recovery_logs.cli_help import apply_examples
 from recovery_logs.errors import RecoveryLogsError
 from recovery_logs.textsafe import clean, out_console
 
-app = typer.Typer(
+_SETTINGS: dict = dict(
     name="recovery-logs",
     help="Find GPU-cluster faults in logs, name the root cause with evidence, drive recovery through Slurm.",
     no_args_is_help=True,
@@ -29,6 +29,7 @@ app = typer.Typer(
     rich_markup_mode=None,
     context_settings={"help_option_names": ["-h", "--help"]},
 )
+app = typer.Typer(**_SETTINGS)
 
 
 def _print_version(value: bool) -> None:
@@ -55,10 +56,31 @@ _register_commands()
 apply_examples(app)
 
 
+def _app_for(argv: list[str]) -> typer.Typer:
+    """The app to run ``argv`` with: for ``recovery-logs NAME ...`` one with only the command or group
+    NAME (typer turns every registered command's signature into click parameters on each start,
+    ~0.2 s for all of them; one command's is a few ms). Anything else (no command, an option
+    first, an unknown name) gets the whole app, so root help, completion and errors are unchanged."""
+    if not argv or argv[0].startswith("-"):
+        return app
+    name = argv[0]
+    cmds = [c for c in app.registered_commands
+            if (c.name or (typer.main.get_command_name(c.callback.__name__) if c.callback else None)) == name]
+    groups = [g for g in app.registered_groups if g.name == name]
+    if len(cmds) + len(groups) != 1:
+        return app
+    one = typer.Typer(**_SETTINGS)
+    one.registered_callback = app.registered_callback
+    one.registered_commands = cmds
+    one.registered_groups = groups
+    return one
+
+
 def main(argv: list[str] | None = None) -> int:
     err = out_console(stderr=True)
+    args = list(sys.argv[1:] if argv is None else argv)
     try:
-        rc = app(args=argv, standalone_mode=False)
+        rc = _app_for(args)(args=args, standalone_mode=False)
     except RecoveryLogsError as exc:   # the message carries paths, node names, log text: literal
         err.print(Text.assemble(("error:", "bold red"), " ", clean(f"{type(exc).__name__}: {exc}")), soft_wrap=True)
         return exc.exit_code

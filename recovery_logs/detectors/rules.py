@@ -47,7 +47,12 @@ def _gate(rules: tuple[Rule, ...], prune_benign: bool) -> list[str]:
     contain another one ("Xid" already admits every line "NVRM: Xid" does): the same lines, a
     smaller automaton."""
     lits = list(dict.fromkeys(lit for r in rules if not (prune_benign and r.suppress) for lit in r.literals))
-    return [x for x in lits if not any(y != x and y in x for y in lits)]
+    if not lits:
+        return []
+    # one Aho-Corasick pass of the literals over themselves (a start-up cost of ~0.2 s as a
+    # pairwise Python loop): a literal is dropped when it contains another one
+    found = pl.Series(lits, dtype=pl.String).str.extract_many(lits, overlapping=True).to_list()
+    return [x for x, hits in zip(lits, found, strict=True) if not any(y != x for y in hits)]
 
 
 def winners(events: pl.DataFrame, pack: RulePack, prune_benign: bool = True) -> pl.DataFrame:
