@@ -56,6 +56,12 @@ JOB = [
     "",
     "    indented continuation",
     "E1399 99:99:99.1 bad glog date",
+    "[I1129 14:00:06.123456789] glog time in brackets, nine fraction digits",
+    "F1129 14:00:07 glog time without a fraction",
+    "W1129 14:00:08.5\tterminated by a tab",
+    "I1129 14:00:09.1234567890 ten fraction digits: not a glog header",
+    "I1129 14:00:1١.5 a non-ASCII digit in the seconds",
+    "I0229 14:00:10.25] February 29th in a year without one",
     "[rank1]: ",
     "plain text without time",
 ]
