@@ -7,9 +7,11 @@ from pathlib import Path
 
 import polars as pl
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from recovery_logs.detectors.rulepack import load_packs
-from recovery_logs.detectors.rules import match
+from recovery_logs.detectors.rules import _gate, gate_regex, match
 from recovery_logs.schema import FINDING_SCHEMA, check_findings
 
 DATASET = Path(__file__).resolve().parents[1] / "fixtures" / "victorialogs" / "dataset_small.jsonl"
@@ -203,3 +205,22 @@ must_match = ["gizmo broke"]
     assert f["rule_id"].to_list() == ["t.nolit", "t.lit"]
     assert f["gpu"].to_list() == [7, None]
     assert pack.logsql_prefilter() == "*"
+
+
+_LIT_CHARS = "ab \\.+*?()|[]{}^$#&-~/:'\"\t\u00e9"
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.text(_LIT_CHARS, min_size=1, max_size=6), min_size=1, max_size=12, unique=True),
+       st.lists(st.text(_LIT_CHARS, max_size=30), min_size=1, max_size=30))
+def test_the_gate_regex_admits_exactly_the_lines_containing_a_literal(lits: list[str], lines: list[str]) -> None:
+    # the rule gate is one regex alternation of escaped literals: every regex metacharacter is literal
+    got = pl.DataFrame({"m": lines}).select(pl.col("m").str.contains(gate_regex(lits)))["m"].to_list()
+    assert got == [any(x in m for x in lits) for m in lines]
+
+
+def test_the_gate_is_the_literals_without_those_containing_another(pack):
+    lits = list(dict.fromkeys(x for r in pack.rules if not r.suppress for x in r.literals))
+    assert _gate(pack.rules, True) == [x for x in lits if not any(y != x and y in x for y in lits)]
+    lits = list(dict.fromkeys(x for r in pack.rules for x in r.literals))
+    assert _gate(pack.rules, False) == [x for x in lits if not any(y != x and y in x for y in lits)]
