@@ -13,7 +13,7 @@ Times are always timezone-aware UTC with nanosecond precision (``pl.Datetime("ns
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from enum import StrEnum
 from typing import Any
 
@@ -219,6 +219,29 @@ def records_frame(rows: Sequence[Mapping[str, Any]], schema: SchemaDict) -> pl.D
     if has_time:
         df = df.with_columns(pl.col("time").cast(pl.Int64).cast(pl.Datetime("ns")).dt.replace_time_zone("UTC"))
     return conform(df, schema)
+
+
+def on_rows(df: pl.DataFrame, mask: pl.Series,
+             exprs: dict[str, pl.Expr] | Callable[[pl.DataFrame], pl.DataFrame]) -> pl.DataFrame:
+    """``df`` plus new columns evaluated only on the rows where ``mask`` is true, null elsewhere:
+    ``exprs`` (name -> expression) or a function from the admitted rows to a frame of the new
+    columns. "Parse fully only what can matter": a capturing regex, a strptime or a host
+    normalisation runs on the few lines a cheap test admits (a line without a glog header never
+    needs the glog time parsed). Exact when every new column is null outside ``mask`` anyway."""
+    build = exprs if callable(exprs) else (lambda d: d.select(**exprs))
+    n = df.height
+    k = int(mask.sum())
+    if k == n:
+        return df.with_columns(build(df))
+    sub = build(df.filter(mask) if k else df.head(0))
+    idx = mask.arg_true() if k else None
+    cols = []
+    for name in sub.columns:
+        full = pl.Series(name, [], dtype=sub.schema[name]).extend_constant(None, n)
+        if idx is not None:
+            full = full.scatter(idx, sub[name])
+        cols.append(full)
+    return df.with_columns(cols)
 
 
 def own_strings(df: pl.DataFrame) -> pl.DataFrame:

@@ -191,8 +191,11 @@ def match(events: pl.DataFrame, pack: RulePack) -> pl.DataFrame:
     for c in ("_detail", "_nvl_unit", "_nvl_status", "_nvl_severity", "_recovery_action", *_VALUE_COLS):
         if c not in ext.columns:
             ext = ext.with_columns(pl.lit(None, dtype=FINDING_SCHEMA.get(c, pl.String)).alias(c))
-    ext = _classify_xid(ext, pack)
-    ev = events.with_row_index("_row").join(ext, on="_row", how="inner").sort("_row")
+    ext = _classify_xid(ext, pack).sort("_row")
+    # one finding per won event (_row is unique): the events' rows gathered in order, not joined
+    # (a name in both keeps the event's column, as the join did)
+    ev = pl.concat([events.gather(ext["_row"]), ext.drop("_row", *[c for c in ext.columns if c in events.columns])],
+                   how="horizontal")
     return conform(ev, FINDING_SCHEMA)
 
 

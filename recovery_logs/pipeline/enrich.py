@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import polars as pl
 
+from recovery_logs.schema import on_rows
+
 __all__ = ["ADDRESS_LITERALS", "ENRICH_LITERALS", "fill_gpu", "nccl_addresses", "subject_host"]
 
 
@@ -30,10 +32,14 @@ _NCCL_GPU_RE = r"^[A-Za-z0-9_.-]+:\d+:\d+ \[(\d+)\] NCCL "
 
 
 def fill_gpu(found: pl.DataFrame) -> pl.DataFrame:
-    """NCCL prefixes name the local GPU (`host:pid:tid [6] NCCL WARN ...`): use it where a rule did not."""
-    return found.with_columns(
-        pl.coalesce(pl.col("gpu"), pl.col("message").str.extract(_NCCL_GPU_RE, 1).cast(pl.Int32, strict=False))
-        .alias("gpu"))
+    """NCCL prefixes name the local GPU (`host:pid:tid [6] NCCL WARN ...`): use it where a rule did not.
+    The regex runs only on findings without a GPU whose message has an NCCL prefix's ``] NCCL ``
+    (a large job's findings are mostly progress lines, which have neither)."""
+    need = found.select((pl.col("gpu").is_null() & pl.col("message").str.contains("] NCCL ", literal=True))
+                        .fill_null(False)).to_series()
+    got = on_rows(found.select("message"), need, {
+        "_g": pl.col("message").str.extract(_NCCL_GPU_RE, 1).cast(pl.Int32, strict=False)})["_g"]
+    return found.with_columns(pl.coalesce(pl.col("gpu"), got).alias("gpu"))
 
 
 def subject_host(found: pl.DataFrame) -> pl.DataFrame:
@@ -42,16 +48,19 @@ def subject_host(found: pl.DataFrame) -> pl.DataFrame:
     Rules capture the subject as a `node` group (kept in `detail`); the finding moves to that host, and a
     captured `slurm_job` fills a missing job id. The reporting host stays in the event itself.
     """
-    if "detail" not in found.columns or found.filter(pl.col("detail").is_not_null()).height == 0:
+    if "detail" not in found.columns:
+        return found
+    # only a detail that names a node or a Slurm job can change anything: parse those alone
+    need = found.select(pl.col("detail").str.contains_any(['"node"', '"slurm_job"']).fill_null(False)).to_series()
+    if not need.any():
         return found
     node = pl.col("detail").str.json_path_match("$.node")
-    job = pl.col("detail").str.json_path_match("$.slurm_job").str.extract(r"^(\d+)", 1)
     simple = node.str.contains(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
-    return found.with_columns(
-        pl.when(node.is_not_null() & simple).then(node.str.split(".").list.first()).otherwise(pl.col("host"))
-        .alias("host"),
-        pl.coalesce(pl.col("job_id"), job).alias("job_id"),
-    )
+    got = on_rows(found.select("detail"), need, {
+        "_h": pl.when(node.is_not_null() & simple).then(node.str.split(".").list.first()),
+        "_j": pl.col("detail").str.json_path_match("$.slurm_job").str.extract(r"^(\d+)", 1)})
+    return found.with_columns(pl.coalesce(got["_h"], pl.col("host")).alias("host"),
+                              pl.coalesce(pl.col("job_id"), got["_j"]).alias("job_id"))
 
 
 def nccl_addresses(events: pl.DataFrame) -> list[tuple[str, str, int]]:

@@ -39,13 +39,13 @@ import io
 import json
 import re
 import zlib
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import PurePath
 
 import polars as pl
 
 from recovery_logs.schema import SourceKind
+from recovery_logs.schema import on_rows as _on_rows
 from recovery_logs.sources.levels import level_expr, pri_level_expr
 from recovery_logs.timeutil import frac_ns as _frac_ns
 from recovery_logs.timeutil import rfc3339_to_ns_expr as rfc3339_ns
@@ -105,29 +105,6 @@ class ParseContext:
     # output, where the path wins); job lines then skip extracting it. In ``columns`` mode a
     # ``_phost`` column (the path's host per row) is honoured the same way.
     line_host: bool = True
-
-
-def _on_rows(df: pl.DataFrame, mask: pl.Series,
-             exprs: dict[str, pl.Expr] | Callable[[pl.DataFrame], pl.DataFrame]) -> pl.DataFrame:
-    """``df`` plus new columns evaluated only on the rows where ``mask`` is true, null elsewhere:
-    ``exprs`` (name -> expression) or a function from the admitted rows to a frame of the new
-    columns. "Parse fully only what can matter": a capturing regex, a strptime or a host
-    normalisation runs on the few lines a cheap test admits (a line without a glog header never
-    needs the glog time parsed). Exact when every new column is null outside ``mask`` anyway."""
-    build = exprs if callable(exprs) else (lambda d: d.select(**exprs))
-    n = df.height
-    k = int(mask.sum())
-    if k == n:
-        return df.with_columns(build(df))
-    sub = build(df.filter(mask) if k else df.head(0))
-    idx = mask.arg_true() if k else None
-    cols = []
-    for name in sub.columns:
-        full = pl.Series(name, [], dtype=sub.schema[name]).extend_constant(None, n)
-        if idx is not None:
-            full = full.scatter(idx, sub[name])
-        cols.append(full)
-    return df.with_columns(cols)
 
 
 def _mask(df: pl.DataFrame, expr: pl.Expr) -> pl.Series:
