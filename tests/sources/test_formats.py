@@ -298,3 +298,18 @@ def test_journald_nvrm_block_split_over_records_is_joined_and_bad_line_quarantin
     ], path)
     assert_frame_equal(r.events, exp)
     assert r.quarantine.select("line", "reason").rows() == [(3, "malformed")]
+
+
+def test_short_host_on_distinct_values_equals_row_by_row():
+    from recovery_logs.sources.formats import _short_host_rows, short_host
+
+    vals = ["gpu-n01.cluster", " gpu-n02 ", "-", "", None, "10.0.0.1", "a.b.c", ".x", "x.", "node", "fe80::1",
+            "\u2003h.x"]
+    # few distinct values (mapped) and mostly distinct ones (row by row)
+    for v in (vals * 50, [f"h{i}.d" for i in range(200)] + vals, [None] * 3, []):
+        df = pl.DataFrame({"h": v}, schema={"h": pl.String})
+        got = df.select(short_host(pl.col("h")))["h"]
+        want = df.select(_short_host_rows(pl.col("h")).alias("h"))["h"]
+        assert got.equals(want)
+    assert pl.DataFrame({"h": vals}).select(short_host(pl.col("h")))["h"].to_list() == [
+        "gpu-n01", "gpu-n02", None, None, None, "10.0.0.1", "a", ".x", "x", "node", "fe80::1", "h"]
