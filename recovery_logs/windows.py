@@ -53,11 +53,9 @@ def window_us(window_s: float) -> int:
 def window_counts(events: pl.DataFrame, findings: pl.DataFrame, window_s: float) -> pl.DataFrame:
     """Per-window line counts (from events) joined with per-category finding counts."""
     every = f"{window_us(window_s)}us"
-    ev = events.filter(pl.col("time").is_not_null())
-    lines = (ev.with_columns(pl.col("time").dt.truncate(every).alias("window_start"))
-             .group_by(KEYS)
-             .agg(pl.len().cast(pl.Int64).alias("lines"), pl.col("time").min().alias("first_time"),
-                  pl.col("time").max().alias("last_time")))
+    ev = events.filter(pl.col("time").is_not_null()).select(
+        "host", "job_id", "time", pl.col("time").dt.truncate(every).alias("window_start"))
+    lines = _run_counts(ev, KEYS).rename({"first": "first_time", "last": "last_time"})
     fi = findings.filter(pl.col("time").is_not_null()).with_columns(
         pl.col("time").dt.truncate(every).alias("window_start"))
     is_prog = pl.col("category") == PROGRESS_CATEGORY
@@ -73,6 +71,18 @@ def window_counts(events: pl.DataFrame, findings: pl.DataFrame, window_s: float)
         [pl.col(c).fill_null(0) for c in _SUM],
     )
     return _conform(out)
+
+
+def _run_counts(ev: pl.DataFrame, keys: list[str]) -> pl.DataFrame:
+    """Per ``keys``: lines (Int64), first and last ``time``. Reading order keeps a file's lines
+    together (one host, one job, consecutive windows), so the rows are first folded into runs of
+    equal keys (compared with the previous row, no hashing) and only the runs are grouped: the
+    same counts, ~2x cheaper than grouping every line."""
+    runs = (ev.with_columns(pl.struct(keys).rle_id().set_sorted().alias("_r"))
+            .group_by("_r").agg(*[pl.col(k).first() for k in keys], pl.len().alias("_n"),
+                                pl.col("time").min().alias("first"), pl.col("time").max().alias("last")))
+    return runs.group_by(keys).agg(pl.col("_n").sum().cast(pl.Int64).alias("lines"), pl.col("first").min(),
+                                   pl.col("last").max())
 
 
 def merge_windows(acc: pl.DataFrame, new: pl.DataFrame) -> pl.DataFrame:
@@ -94,9 +104,7 @@ def job_spans(events: pl.DataFrame) -> pl.DataFrame:
     """(host, job_id) → first/last event time and line count, for lines that name both."""
     ev = events.filter(pl.col("host").is_not_null() & pl.col("job_id").is_not_null()
                        & pl.col("time").is_not_null())
-    out = ev.group_by(["host", "job_id"]).agg(pl.col("time").min().alias("first"),
-                                              pl.col("time").max().alias("last"),
-                                              pl.len().cast(pl.Int64).alias("lines"))
+    out = _run_counts(ev.select("host", "job_id", "time"), ["host", "job_id"])
     return out.select(list(SPAN_SCHEMA)).cast(SPAN_SCHEMA)  # type: ignore[arg-type]  # polars types cast()'s keys as str | selector | dtype
 
 
