@@ -83,8 +83,9 @@ def _baseline_ratio(df: pl.DataFrame, col: str, out: str, k: int, log_diff: bool
 def finding_features(findings: pl.DataFrame, window: str | float = "60s", baseline_windows: int = 30) -> pl.DataFrame:
     """Per (host, job_id, window_start): the FINDING_FEATURES columns. Detector findings are ignored."""
     wn = window_ns(window)
-    f = findings.filter(pl.col("time").is_not_null()
-                        & ~pl.col("rule_id").fill_null("").str.starts_with("detector.")).with_columns(_bucket(wn))
+    f = findings.select("time", "rule_id", "host", "job_id", "role", "category", "step_time_s").filter(
+        pl.col("time").is_not_null() & ~pl.col("rule_id").fill_null("").str.starts_with("detector.")
+    ).with_columns(_bucket(wn))
     rules = f.filter(pl.col("role") != "progress")
     cats = [c.removeprefix("cat_") for c in CATEGORY_FEATURES]
     agg_rules = rules.group_by(["host", "job_id", "_w"]).agg(

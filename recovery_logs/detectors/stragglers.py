@@ -91,7 +91,9 @@ class StragglerDetector:
     def window_scores(self, findings: pl.DataFrame, ctx: DetectContext) -> tuple[pl.DataFrame, pl.DataFrame]:
         """(rank scores, host scores) per job and complete window up to the watermark."""
         wn = int(self.window_s * NS)
-        p = (upto(findings, ctx.watermark_ns)
+        # only the columns read below: filtering the whole findings frame copied all of them
+        cols = ["time", "role", "job_id", "rule_id", "step_time_s", "rank", "message", "host"]
+        p = (upto(findings.select(cols), ctx.watermark_ns)
              .filter((pl.col("role") == "progress") & pl.col("job_id").is_not_null()
                      & ~pl.col("rule_id").fill_null("").str.starts_with("detector."))
              .filter(pl.col("step_time_s").is_not_null() & pl.col("step_time_s").is_finite()))
