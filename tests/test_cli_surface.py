@@ -86,3 +86,23 @@ def test_watch_prints_one_line_per_incident_as_it_happens(tmp_path: Path):
     assert 'recovery_logs_incidents_reported_total{category="xid",kind="new",severity="critical"} 1.0' in metrics
     assert 'recovery_logs_source_up{source="files"} 1.0' in metrics
     assert f'recovery_logs_build_info{{version="{__version__}"}} 1.0' in metrics
+
+
+def test_a_command_run_alone_gets_the_same_command_and_help(capsys):
+    # main() builds only the named command or group (start-up); its help and parameters are the same
+    from recovery_logs.cli import _app_for
+
+    root = typer.main.get_command(app)
+    for name, full in root.commands.items():
+        one = typer.main.get_command(_app_for([name, "--help"]))
+        assert list(one.commands) == [name]
+        assert [p.name for p in one.commands[name].params] == [p.name for p in full.params]
+        assert main([name, "-h"]) == 0
+        alone = capsys.readouterr().out
+        try:
+            app(args=[name, "-h"], standalone_mode=False)    # the whole app, as before
+        except SystemExit:
+            pass
+        assert alone == capsys.readouterr().out and f" {name} [OPTIONS]" in alone.splitlines()[0]
+    for argv in ([], ["-h"], ["--version"], ["no-such-command"]):
+        assert _app_for(argv) is app
