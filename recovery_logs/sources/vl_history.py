@@ -16,7 +16,7 @@ for small context reads) this avoids the server-side sort and the per-row Python
 from __future__ import annotations
 
 import io
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -28,6 +28,7 @@ from recovery_logs.sources.formats import VL_JOB_FIELDS, short_host, vl_columns
 from recovery_logs.sources.read_common import ReadOptions
 from recovery_logs.sources.rowkeys import vl_time_ns
 from recovery_logs.sources.victorialogs import VictoriaLogsClient
+from recovery_logs.sources.vl_local import with_ts
 from recovery_logs.timeutil import rfc3339_to_ns_expr
 
 __all__ = ["COUNT_SCHEMA", "history_batches_fast", "line_counts", "logsql_field", "plan_slices"]
@@ -66,16 +67,19 @@ def plan_slices(client: VictoriaLogsClient, query: str, start_ns: int, end_ns: i
     return out
 
 
-def _frame(body: bytes, keys: tuple[str, ...], seq: int) -> pl.DataFrame:
+def _frame(body: bytes, keys: tuple[str, ...], seq: int,
+           split: Callable[[pl.DataFrame], pl.DataFrame] | None = None) -> pl.DataFrame:
     """JSON lines -> the reader's frame, in time order. ``text`` (the raw record, used for
     quarantine and as part of the duplicate key) is the record's JSON only for rows whose
     ``_time`` does not parse; for the others stream id, time and rank identify the line."""
     schema = {k: pl.String for k in keys}
-    if not body.strip():
+    if len(body) < 4096 and not body.strip():     # (no copy of a large body)
         return pl.DataFrame(schema=schema)
     df = pl.read_ndjson(io.BytesIO(body), schema=schema, ignore_errors=True)
-    df = df.with_columns(_ts=rfc3339_to_ns_expr(pl.col("_time")),
-                         _tie=pl.struct("_stream_id", "_msg").hash(seed=11)).sort(["_ts", "_tie"], nulls_last=True)
+    df = with_ts(df)
+    if split is not None:     # keep only the rows the engine needs (the rest counted/summarised by ``split``)
+        df = split(df)
+    df = df.with_columns(_tie=pl.struct("_stream_id", "_msg").hash(seed=11)).sort(["_ts", "_tie"], nulls_last=True)
     ok = df.filter(pl.col("_ts").is_not_null())
     bad = df.filter(pl.col("_ts").is_null())
     ok = ok.with_columns(text=pl.concat_str([pl.col("_stream_id"), pl.col("_time"), pl.col("rank")],
@@ -91,10 +95,13 @@ def _frame(body: bytes, keys: tuple[str, ...], seq: int) -> pl.DataFrame:
 
 def history_batches_fast(client: VictoriaLogsClient, query: str, start_ns: int, end_ns: int,
                          opts: ReadOptions | None = None, slice_rows: int = 100_000,
-                         workers: int = 2, plan_query: str | None = None) -> Iterator[Any]:
+                         workers: int = 2, plan_query: str | None = None,
+                         split: Callable[[pl.DataFrame], pl.DataFrame] | None = None) -> Iterator[Any]:
     """Batches of the rows of ``query`` in ``[start, end]``, in time order. ``plan_query``: size
     the slices by the rows of this (cheaper, broader) query instead — a selective ``query``
-    costs the server a scan of every message, its plain scope only a count."""
+    costs the server a scan of every message, its plain scope only a count. ``split``: called
+    with each slice's parsed rows (String columns + ``_ts``), returns the rows to read on (e.g.
+    ``vl_local.split_frame``'s needed rows; it counts the others)."""
     opts = opts or ReadOptions()
     keys = vl_columns(tuple(opts.host_fields))
     q = f"{query} | fields {', '.join(keys)}"
@@ -117,7 +124,7 @@ def history_batches_fast(client: VictoriaLogsClient, query: str, start_ns: int, 
                 nxt += 1
             futures[i] = None   # type: ignore[call-overload]  # free the body
             i += 1
-            df = _frame(body, keys, seq)
+            df = _frame(body, keys, seq, split)
             del body
             if df.height == 0:
                 continue

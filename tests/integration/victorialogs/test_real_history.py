@@ -159,7 +159,7 @@ def test_replay_source_pushdown_equals_replay_of_the_lines(real_vl, tmp_path, sc
     ref = replay([str(path)], ReplayOptions(read=ReadOptions(fmt="vl-jsonl")))
     client = VictoriaLogsClient(real_vl.url)
     res = replay_source(client, "*", end - 3600 * NS, end, ReplayOptions(), slice_rows=max(10, len(rows) // 5),
-                        progress=True, phrase=True)
+                        progress=True, phrase=True, select="server")
     pd = res.summary["pushdown"]
     assert pd["lines_counted"] == ref.summary["events"] == res.summary["events"]
     assert res.summary["duplicates"] == ref.summary["duplicates"] > 0     # the simulator re-sends some lines
@@ -174,6 +174,16 @@ def test_replay_source_pushdown_equals_replay_of_the_lines(real_vl, tmp_path, sc
     assert_frame_equal(res.engine.spans, ref.engine.spans)
     full = replay_source(client, "*", end - 3600 * NS, end, ReplayOptions(), pushdown=False)
     assert [{k: i.to_dict()[k] for k in KEYS} for i in full.incidents] == want
-    default = replay_source(client, "*", end - 3600 * NS, end, ReplayOptions())   # no progress summaries, no phrases
+    default = replay_source(client, "*", end - 3600 * NS, end, ReplayOptions(),   # no progress summaries, no phrases
+                            select="server")
     assert default.summary["pushdown"]["progress_lines_summarised"] == 0
     assert [{k: i.to_dict()[k] for k in KEYS} for i in default.incidents] == want
+    # the default: the scope exported, selected, counted and summarised here (sources.vl_local)
+    local = replay_source(client, "*", end - 3600 * NS, end, ReplayOptions(), slice_rows=max(10, len(rows) // 5))
+    lp = local.summary["pushdown"]
+    assert lp["select"] == "local" and lp["progress_lines_summarised"] == pd["progress_lines_summarised"]
+    assert lp["lines_fetched"] == pd["lines_fetched"] and lp["lines_counted"] == pd["lines_counted"]
+    assert local.summary["duplicates"] == ref.summary["duplicates"] and local.summary["lines"] == len(rows)
+    assert [{k: i.to_dict()[k] for k in KEYS} for i in local.incidents] == want
+    assert_frame_equal(local.engine.windows, ref.engine.windows)
+    assert_frame_equal(local.engine.spans, ref.engine.spans)
