@@ -63,6 +63,7 @@ from recovery_logs.config import EngineConfig
 from recovery_logs.errors import ConfigError, RecoveryLogsError, SourceError, VictoriaLogsError
 from recovery_logs.pipeline.cursor import WatchCursor, cursor_name
 from recovery_logs.pipeline.engine import Engine
+from recovery_logs.pipeline.vl_replay import absorb_progress, local_split
 from recovery_logs.records import Incident
 from recovery_logs.source_health import SourceHealth, health_incidents
 from recovery_logs.sources.files import events_from_vl_records
@@ -74,7 +75,9 @@ from recovery_logs.sources.read_text import TextParser
 from recovery_logs.sources.rowkeys import record_key, vl_time_ns
 from recovery_logs.sources.tail import VLFollower
 from recovery_logs.sources.victorialogs import VictoriaLogsClient, VLConnection, parse_url
+from recovery_logs.sources.vl_history import history_batches_fast
 from recovery_logs.sources.vl_live import DEFAULT_TIERS, LATE_FIELD, Tier, VLPoller
+from recovery_logs.sources.vl_local import LocalSplit, ProgressSpec, split_frame
 from recovery_logs.statelock import StateLock
 from recovery_logs.timeutil import NS, ns_to_iso
 from recovery_logs.windows import window_us
@@ -114,7 +117,8 @@ class _Track:
 log = logging.getLogger("recovery_logs.watch")
 EXPORT_UNIT = "recovery-logs"
 REBUILD_MAX_BYTES = 256 << 20     # restart: at most this much of a file before its offset is read again
-INVENTORY_FILTER = '_msg:~" inventory "'   # recovery_logs.inventory: NVML agent inventory events
+INVENTORY_LITERAL = " inventory "          # recovery_logs.inventory: NVML agent inventory events
+INVENTORY_FILTER = '_msg:~" inventory "'
 
 
 @dataclass(frozen=True)
@@ -155,6 +159,7 @@ class WatchOptions:
     unreachable_exit_s: float | None = 300.0  # never reached the server this long after start: stop with an error
     decision: str = "record_only"
     max_findings: int = 200_000          # file sources: compact floods above this many held findings
+    local_select: bool = True            # poll + prefilter: select/count/summarise here (sources.vl_local)
     lock: bool = True                    # hold <state-dir>/watch.lock while running
     extra: dict[str, Any] = field(default_factory=dict)
 
@@ -323,6 +328,7 @@ class Watcher:
         self.incidents: list[Incident] = []
         self.last_error: str | None = None
         self.query: str | None = None
+        self.split: LocalSplit | None = None
         self.fields: list[str] | None = None
         self._born = clock()
         self._started = clock()
@@ -344,6 +350,10 @@ class Watcher:
             if pre and pre != "*":   # the NVML agent's inventory lines feed the GPU inventory, not a rule
                 pre = f'({pre} OR {INVENTORY_FILTER})'
             self.query = compose_query(self.options.query, pre)
+            if pre and pre != "*" and self.options.live == "poll" and self.options.local_select:
+                # the same literals, selected here (sources.vl_local): the server only exports the scope
+                self.split = local_split(self.engine.pack, window_us(self.engine.config.window_s) * 1000,
+                                         extra=(INVENTORY_LITERAL,))
             self.fields = list(dict.fromkeys(["_time", "_stream_id", "_stream", "_msg",
                                               *vl_columns(tuple(self.read.host_fields))]))
         return self
@@ -372,7 +382,8 @@ class Watcher:
                               max_keys=self.options.max_keys, max_window_s=self.options.catchup_max_s,
                               reconcile=self.options.reconcile,
                               count_query=compose_query(self.options.query, None),
-                              line_window_ns=window_us(self.engine.config.window_s) * 1000, read=self.read)
+                              line_window_ns=window_us(self.engine.config.window_s) * 1000, read=self.read,
+                              split=self.split)
                 if resume is not None:
                     vl.load_counts(side_counts(self._side_path()))
             else:
@@ -449,6 +460,12 @@ class Watcher:
         hi = resume_ns if poll else resume_ns - self.lateness_ns - 1
         if hi < lo:
             return
+        if isinstance(self.vl, VLPoller) and self.vl.split is not None:
+            try:
+                self.stats["rebuilt"] += self._read_back(lo, hi, tally=True)
+            except SourceError as exc:
+                self._error("rebuild", exc)
+            return
         try:
             counts = self.vl.scope_counts(lo, hi) if isinstance(self.vl, VLPoller) else None
             for rows in history_rows(self.client, self.query, lo, hi, fields=self.fields):
@@ -473,6 +490,19 @@ class Watcher:
         fresh.inventory = self.engine.inventory
         old, self.engine = self.engine, fresh
         read = 0
+        if isinstance(self.vl, VLPoller) and self.vl.split is not None:
+            try:      # up to the frontier: what lies beyond it the next poll reads (and counts) once
+                read = self._read_back(lo, self.vl.complete_ns or hi, tally=False)
+            except SourceError as exc:
+                self.engine = old
+                self._error("rotate", exc)
+                return
+            if old.watermark_ns is not None:
+                fresh.advance(old.watermark_ns)
+            self._born = now
+            self.stats["rotations"] += 1
+            self.stats["rotated_rows"] += read
+            return
         try:
             counts = self.vl.scope_counts(lo, hi) if isinstance(self.vl, VLPoller) else None
             for rows in history_rows(self.client, self.query, lo, hi, fields=self.fields):
@@ -493,6 +523,49 @@ class Watcher:
         self._born = now
         self.stats["rotations"] += 1
         self.stats["rotated_rows"] += read
+
+    def _read_back(self, lo: int, hi: int, tally: bool) -> int:
+        """``[lo, hi]`` of the scope read into ``self.engine`` with the poller's local split
+        (restart context, rotation): time slices of at most ~100 k rows, one query each (none
+        near the server's query time limit), the needed rows fed (and marked seen), every line
+        counted, progress lines summarised. Returns the rows the engine was fed."""
+        vl = self.vl
+        assert isinstance(vl, VLPoller) and vl.split is not None and vl.count_query is not None
+        assert self.client is not None
+        fine = vl.ledger.bucket_ns
+        split = replace(vl.split, bucket_ns=fine)
+        stores: list[pl.DataFrame] = []
+        counts: list[pl.DataFrame] = []
+        prog: list[tuple[ProgressSpec, pl.DataFrame]] = []
+
+        def keep(df: pl.DataFrame) -> pl.DataFrame:
+            rows, fc, pc = split_frame(df, split, self.read)
+            vl.mark_seen([{k: v for k, v in r.items() if v is not None}
+                          for r in rows.select("_time", "_stream_id", "_msg").to_dicts()])
+            stores.append(fc.select((pl.col("bucket") // fine).alias("fb"), pl.lit("").alias("kind"), "host", "job_id",
+                                    pl.lit(None, pl.Int64).alias("step"), "lines", "first", "last"))
+            stores.extend(p.select((pl.col("bucket") // fine).alias("fb"), pl.lit(s.rule_id).alias("kind"), "host",
+                                   "job_id", "step", "lines", "first", "last") for s, p in pc if p.height)
+            counts.append(fc)
+            prog.extend(pc)
+            return rows
+
+        fed = 0
+        for b in history_batches_fast(self.client, vl.count_query, lo, hi, self.read, slice_rows=100_000, workers=1,
+                                      split=keep):
+            b.stats.pop("duplicates", None)
+            b.stats.pop("lines", None)
+            fed += self._feed(_shift_lines(b, self._vl_lines, b.events.height), count_late=False, tally=tally,
+                              counted=True)
+        w = vl.split.bucket_ns
+        if counts:
+            merged = pl.concat(counts).with_columns(pl.col("bucket") // w * w).group_by(["host", "job_id", "bucket"]).agg(
+                pl.col("lines").sum(), pl.col("first").min(), pl.col("last").max(), pl.col("duplicates").sum())
+            self._absorb_counts(merged)
+        self._absorb_progress(prog)
+        if stores:
+            vl.replace_counts(lo, hi, pl.concat(stores))
+        return fed
 
     def _side_path(self) -> Path | None:
         """Beside the cursor: reconciliation counts and incident-id aliases (VictoriaLogs poll)."""
@@ -592,9 +665,15 @@ class Watcher:
 
     # -- one step ----------------------------------------------------------------------------
     def _server_counts(self) -> bool:
-        """VictoriaLogs rows come prefiltered and the server counts every line of the scope:
-        the rows then add findings only, the counts add the windows' lines (``_absorb_counts``)."""
-        return isinstance(self.vl, VLPoller) and self.vl.line_window_ns is not None
+        """VictoriaLogs rows come prefiltered and every line of the scope is counted (by the
+        server, or here with a local split): the rows then add findings only, the counts add the
+        windows' lines (``_absorb_counts``)."""
+        return isinstance(self.vl, VLPoller) and (self.vl.line_window_ns is not None or self.vl.split is not None)
+
+    def _absorb_progress(self, prog: list[tuple[ProgressSpec, pl.DataFrame]]) -> None:
+        if prog:
+            self.seq, n = absorb_progress(self.engine, prog, self.seq)
+            self.stats["progress_summarised"] += n
 
     def _absorb_counts(self, counts: pl.DataFrame | None) -> None:
         if counts is not None:
@@ -638,6 +717,7 @@ class Watcher:
             if isinstance(self.vl, VLPoller):
                 for counts in self.vl.take_counts():
                     self._absorb_counts(counts)
+                self._absorb_progress(self.vl.take_progress())
             self.cursor.complete_ns = self.vl.complete_ns
             self.last_error = self.vl.last_error
             if self.vl.last_error:

@@ -33,12 +33,13 @@ their ``_time`` (a shipper that buffered, a node that came back) up to ``horizon
 from __future__ import annotations
 
 import hashlib
+import io
 import logging
 import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 import polars as pl
@@ -48,6 +49,7 @@ from recovery_logs.sources.read_common import ReadOptions
 from recovery_logs.sources.rowkeys import vl_time_ns
 from recovery_logs.sources.victorialogs import VictoriaLogsClient
 from recovery_logs.sources.vl_history import line_counts
+from recovery_logs.sources.vl_local import LocalSplit, ProgressSpec, split_frame, with_ts
 
 __all__ = ["DEFAULT_TIERS", "LATE_FIELD", "KeyLedger", "Tier", "VLPoller", "row_digest"]
 
@@ -144,6 +146,10 @@ class KeyLedger:
         return sum(a.nbytes for a in self.cold.values()) + 72 * sum(len(s) for s in self.hot.values())
 
 
+_STORE_SCHEMA = {"fb": pl.Int64, "kind": pl.String, "host": pl.String, "job_id": pl.String, "step": pl.Int64,
+                 "lines": pl.Int64, "first": pl.Int64, "last": pl.Int64}
+
+
 class VLPoller:
     """Poll ``/query`` with a time cursor + bucket-count reconciliation (see the module doc)."""
 
@@ -152,7 +158,8 @@ class VLPoller:
                  horizon_s: float = 6 * 3600, tiers: Sequence[Tier] = DEFAULT_TIERS,
                  clock: Callable[[], int] = time.time_ns, max_keys: int = 20_000_000,
                  max_window_s: float = 60.0, reconcile: bool = True, count_query: str | None = None,
-                 line_window_ns: int | None = None, read: ReadOptions | None = None) -> None:
+                 line_window_ns: int | None = None, read: ReadOptions | None = None,
+                 split: LocalSplit | None = None, store_s: float = 660.0) -> None:
         self.client = client
         self.query = query
         self.count_query = count_query if count_query and count_query != query else None
@@ -162,6 +169,19 @@ class VLPoller:
         # prefiltered rows it is sent; taken by the watcher with take_counts().
         self.line_window_ns = line_window_ns if self.count_query is not None else None
         self.read = read or ReadOptions()
+        # split (local selection, the default of watch): each poll exports every row of the scope
+        # (count_query) and selects, counts and summarises them here (sources.vl_local), instead of
+        # the server testing the prefilter's literals on every message; progress lines come out as
+        # counts (take_progress), the lines per (host, job, window) as counts (take_counts)
+        self.split = split if split is not None and self.count_query is not None else None
+        if self.split is not None:
+            self.line_window_ns = None
+        self._progress: list[tuple[ProgressSpec, pl.DataFrame]] = []
+        # per fine bucket of the last store_s: lines (and progress lines) counted per host/job(/step),
+        # so a re-read bucket's late lines are counted once (the difference), never twice
+        self.store_ns = int(store_s * NS)
+        self._store = pl.DataFrame(schema=_STORE_SCHEMA)
+        self._store_parts: list[pl.DataFrame] = []
         self._counts: list[pl.DataFrame] = []
         self.fields = list(fields) if fields else None
         self.refresh_ns = int(refresh_s * NS)
@@ -260,6 +280,15 @@ class VLPoller:
         hi = min(hi, lo + self.max_window_ns)
         if hi <= lo:
             return
+        if self.split is not None:
+            rows, store = self._read_local(lo + 1, hi)
+            self.stats["polls"] += 1
+            self.stats["catchups"] += 1
+            self._accept(rows, out, late=False, count=False)
+            self._store_parts.append(store)
+            self._hand_out(store)
+            self.complete_ns = hi
+            return
         counts = self._fine_counts(lo + 1, hi)    # first: a row seen here is then surely read below
         lines = self.scope_counts(lo + 1, hi)
         rows = list(self.client.query(self.query, start=lo + 1, end=hi, fields=self.fields))
@@ -273,6 +302,109 @@ class VLPoller:
             for b, n in counts.items():
                 self.ledger.count[b] = self.ledger.count.get(b, 0) + n
         self.complete_ns = hi
+
+    # local selection ------------------------------------------------------------------------
+    def _read_local(self, lo: int, hi: int) -> tuple[list[dict[str, str]], pl.DataFrame]:
+        """Every row of the scope in ``[lo, hi]``, split here: (rows the engine needs, as dicts;
+        counts per fine bucket — lines per host/job, progress lines per host/job/step — in
+        ``_STORE_SCHEMA``). The bucket totals (every row, as the server counts them) go into the
+        ledger."""
+        assert self.split is not None and self.count_query is not None
+        q = f"{self.count_query} | fields {', '.join(self.fields or ['*'])}"
+        body = self.client.query_bytes(q, lo, hi)
+        keys = list(dict.fromkeys(self.fields or ["_time", "_stream_id", "_msg"]))
+        if len(body) < 4096 and not body.strip():
+            df = pl.DataFrame(schema={k: pl.String for k in keys})
+        else:
+            df = pl.read_ndjson(io.BytesIO(body), schema={k: pl.String for k in keys}, ignore_errors=True)
+        del body
+        self.stats["rows_fetched"] += df.height
+        self.stats["rows_counted"] += df.height
+        df = with_ts(df)
+        fine = self.ledger.bucket_ns
+        need, fc, prog = split_frame(df, replace(self.split, bucket_ns=fine), self.read)
+        led = self.ledger
+        tot = fc.group_by("bucket").agg((pl.col("lines") + pl.col("duplicates")).sum().alias("n"))
+        untimed = df.height - int(tot["n"].sum() or 0) if tot.height else df.height
+        for b, n in tot.iter_rows():
+            led.count[b // fine] = led.count.get(b // fine, 0) + int(n)
+        if untimed:
+            led.count[-1] = led.count.get(-1, 0) + untimed
+        parts = [fc.select((pl.col("bucket") // fine).alias("fb"), pl.lit("").alias("kind"), "host", "job_id",
+                           pl.lit(None, pl.Int64).alias("step"), "lines", "first", "last")]
+        for spec, pc in prog:
+            if pc.height:
+                parts.append(pc.select((pl.col("bucket") // fine).alias("fb"), pl.lit(spec.rule_id).alias("kind"),
+                                       "host", "job_id", "step", "lines", "first", "last"))
+                self.stats["progress_summarised"] += int(pc["lines"].sum())
+        rows = [{k: v for k, v in r.items() if v is not None} for r in need.drop("_ts").to_dicts()]
+        return rows, pl.concat(parts)
+
+    def _hand_out(self, store: pl.DataFrame) -> None:
+        """Counts (``_STORE_SCHEMA``) -> line counts per engine window (take_counts) and progress
+        counts per spec (take_progress)."""
+        if store.height == 0:
+            return
+        assert self.split is not None
+        fine, w = self.ledger.bucket_ns, self.split.bucket_ns
+        win = (pl.col("fb") * fine // w * w).alias("bucket")
+        lines = store.filter(pl.col("kind") == "")
+        if lines.height:
+            self._counts.append(lines.group_by(["host", "job_id", win]).agg(
+                pl.col("lines").sum(), pl.col("first").min(), pl.col("last").max()).with_columns(
+                duplicates=pl.lit(0, pl.Int64)))
+        specs = {p.rule_id: p for p in self.split.progress}
+        prog = store.filter(pl.col("kind") != "")
+        for (kind,), part in prog.group_by(["kind"]):
+            spec = specs.get(str(kind))
+            if spec is not None:
+                self._progress.append((spec, part.select("host", "job_id", "step", win, "lines", "first", "last")))
+
+    def take_progress(self) -> list[tuple[ProgressSpec, pl.DataFrame]]:
+        """Progress counts of the polls since the last call (per host, job, step, fine bucket)."""
+        out, self._progress = self._progress, []
+        return out
+
+    def _consolidate(self) -> None:
+        if self._store_parts:
+            self._store = pl.concat([self._store, *self._store_parts]).group_by(
+                ["fb", "kind", "host", "job_id", "step"]).agg(
+                pl.col("lines").sum(), pl.col("first").min(), pl.col("last").max()).select(list(_STORE_SCHEMA))
+            self._store_parts = []
+        if self.complete_ns is not None:
+            self._store = self._store.filter(pl.col("fb") >= (self.complete_ns - self.store_ns) // self.ledger.bucket_ns)
+
+    def _reread_local(self, lo: int, hi: int, out: list[tuple[int, dict[str, str]]]) -> None:
+        """A bucket whose count changed, read again whole: its needed rows not handed out yet go
+        out marked late; its lines and progress lines beyond what was counted there are counted
+        (within ``store_s``; older late lines add findings only)."""
+        fine = self.ledger.bucket_ns
+        fb0, fb1 = lo // fine, hi // fine
+        for k in range(fb0, fb1 + 1):      # the bucket's count becomes what this read saw (_read_local adds it)
+            self.ledger.count.pop(k, None)
+        rows, new = self._read_local(lo, hi)
+        self._accept(rows, out, late=True, count=False)
+        self.stats["buckets_reread"] += 1
+        self._consolidate()
+        if self.complete_ns is None or lo < self.complete_ns - self.store_ns:
+            return
+        key = ["fb", "kind", "host", "job_id", "step"]
+        old = self._store.filter(pl.col("fb").is_between(fb0, fb1))
+        delta = (new.join(old.select(*key, pl.col("lines").alias("_old")), on=key, how="left", nulls_equal=True)
+                 .with_columns((pl.col("lines") - pl.col("_old").fill_null(0)).alias("lines")).drop("_old")
+                 .filter(pl.col("lines") > 0))
+        self._store = pl.concat([self._store.filter(~pl.col("fb").is_between(fb0, fb1)),
+                                 new.select(list(_STORE_SCHEMA))])
+        if delta.height:
+            self.stats["late_lines_counted"] += int(delta.filter(pl.col("kind") == "")["lines"].sum())
+            self._hand_out(delta.select(list(_STORE_SCHEMA)))
+
+    def replace_counts(self, lo: int, hi: int, store: pl.DataFrame) -> None:
+        """An engine rebuilt from ``[lo, hi]`` counted ``store``: later re-reads count from there."""
+        fine = self.ledger.bucket_ns
+        self._consolidate()
+        self._store = pl.concat([self._store.filter(~pl.col("fb").is_between(lo // fine, hi // fine)),
+                                 store.filter(pl.col("fb").is_between(lo // fine, hi // fine)).select(list(_STORE_SCHEMA))])
 
     def _candidates_complete(self, lo: int, hi: int, fb: int, per: int) -> bool:
         """After re-reading a changed bucket: does the server's count of *candidate* rows there match
@@ -395,6 +527,9 @@ class VLPoller:
                     led.count.pop(fb + k, None)
                 self.stats["buckets_lost_on_server"] += 1
                 continue
+            if self.split is not None:
+                self._reread_local(b0, b0 + step * NS - 1, out)
+                continue
             counts = self._fine_counts(b0, b0 + step * NS - 1)   # before the rows (see _live)
             got = list(self.client.query(self.query, start=b0, end=b0 + step * NS - 1, fields=self.fields))
             self.stats["buckets_reread"] += 1
@@ -429,6 +564,8 @@ class VLPoller:
                 except VictoriaLogsError as exc:
                     self._fail("reconcile", exc)
                     break
+        if self.split is not None and len(self._store_parts) >= 10:
+            self._consolidate()
         if self.complete_ns is not None:
             led = self.ledger
             led.evict_before(led.bucket(self.complete_ns - self.horizon_ns))
