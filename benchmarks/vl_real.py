@@ -317,7 +317,11 @@ def run_watch(srv: Server, rate: int, duration: float, fault_every: float, late_
            "server_cpu_share": round(scpu / wall, 3),
            "rows_fetched_per_row_delivered": round(s["rows_fetched"] / max(1, s["lines_read"]), 3),
            "rows_read_share_of_generated": round(s["lines_read"] / max(1, counter.value), 3),
-           "step_p50_s": round(pct(steps, 50), 3), "step_max_s": round(max(steps), 3),
+           "step_p50_s": round(pct(steps, 50), 3), "step_p99_s": round(pct(steps, 99), 3),
+           "step_max_s": round(max(steps), 3),
+           # local selection (the default): every row is exported and split here; these reach the engine
+           "rows_to_engine_as_text": s["lines_read"], "progress_lines_summarised": s.get("progress_summarised", 0),
+           "late_lines_counted": s.get("late_lines_counted", 0),
            "late_found": s.get("late_found", 0), "buckets_reread": s.get("buckets_reread", 0),
            "rss_mb_end": round(rss_mb(), 1), "missed": missed}
     for kind, xs in sorted(lat.items()):

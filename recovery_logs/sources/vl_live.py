@@ -374,6 +374,24 @@ class VLPoller:
         if self.complete_ns is not None:
             self._store = self._store.filter(pl.col("fb") >= (self.complete_ns - self.store_ns) // self.ledger.bucket_ns)
 
+    def _reread_changed(self, lo: int, hi: int, out: list[tuple[int, dict[str, str]]]) -> None:
+        """A coarse bucket whose count changed: the server's counts per fine bucket there (a
+        timestamps-only query) name the fine buckets that changed, and only those are read again
+        (every row of a 60 s bucket at 50 k lines/s would be 3 M rows)."""
+        fine = self.ledger.bucket_ns
+        if hi - lo + 1 <= fine:
+            self._reread_local(lo, hi, out)
+            return
+        server = self._fine_counts(lo, hi) or {}
+        led = self.ledger
+        changed = [b for b in range(lo // fine, hi // fine + 1) if server.get(b, 0) != led.count.get(b, 0)]
+        for b in changed:
+            if server.get(b, 0) == 0:       # the server lost these rows (a crash): nothing to find there
+                led.count.pop(b, None)
+                self.stats["buckets_lost_on_server"] += 1
+                continue
+            self._reread_local(b * fine, (b + 1) * fine - 1, out)
+
     def _reread_local(self, lo: int, hi: int, out: list[tuple[int, dict[str, str]]]) -> None:
         """A bucket whose count changed, read again whole: its needed rows not handed out yet go
         out marked late; its lines and progress lines beyond what was counted there are counted
@@ -528,7 +546,7 @@ class VLPoller:
                 self.stats["buckets_lost_on_server"] += 1
                 continue
             if self.split is not None:
-                self._reread_local(b0, b0 + step * NS - 1, out)
+                self._reread_changed(b0, b0 + step * NS - 1, out)
                 continue
             counts = self._fine_counts(b0, b0 + step * NS - 1)   # before the rows (see _live)
             got = list(self.client.query(self.query, start=b0, end=b0 + step * NS - 1, fields=self.fields))

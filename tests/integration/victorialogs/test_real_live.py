@@ -98,6 +98,36 @@ def test_late_lines_40s_10min_5h_found_once_and_marked(real_vl):
     assert s["buckets_reread"] <= 16 and s["rows_fetched"] <= 3 * s["lines_read"], dict(s)
 
 
+def test_late_lines_are_counted_in_the_windows_once(real_vl):
+    """Lines no rule wants (chatter, a progress line) that arrive 40 s late are found by the bucket
+    counts and counted in their windows once — the windows equal a replay's."""
+    import polars as pl
+
+    now = time.time_ns()
+    real_vl.ingest([chatter("gpu-w", now - k * NS, k) for k in range(3)])
+    w = Watcher(_opts(real_vl.url), engine=_engine()).open()
+    try:
+        _steps(w, lambda out, w: _caught_up(w) and w.engine.windows.height > 0)
+        t = time.time_ns()
+        late = [chatter("gpu-w", t - 40 * NS + k * 1000, 100 + k) for k in range(7)]
+        late.append({"_time": fmt_ns(t - 41 * NS), "host": "gpu-w", "unit": "train", "job_id": "77", "rank": "0",
+                     "_msg": "[rank0]: step 5 | loss 1.2345 | lr 3.0e-04 | tokens/s 118000"})
+        real_vl.ingest(late)
+        _steps(w, lambda out, w: w.vl.stats["late_lines_counted"] >= 8, timeout=20)
+        for _ in range(8):                                       # more reconciliations: nothing counted twice
+            w.step()
+            time.sleep(0.15)
+    finally:
+        w.close()
+    win = w.engine.windows.filter(pl.col("host") == "gpu-w")
+    # (more than 8 late when a loaded server made one of the first lines searchable only after the live read)
+    assert int(win["lines"].sum()) == 3 + 8 and w.vl.stats["late_lines_counted"] >= 8
+    assert int(win.filter(pl.col("job_id") == "77")["lines"].sum()) == 1
+    prog = w.engine.findings.filter((pl.col("host") == "gpu-w") & (pl.col("category") == "progress"))
+    assert prog.height == 1 and prog["step"].to_list() == [5]     # summarised, not sent as a row
+    assert w.stats["events"] == 0                                 # no row of these was needed as text
+
+
 def _writer(srv, stop: threading.Event, accepted: list[str], failed: list[int], unit: str = "seq") -> None:
     i = 0
     while not stop.is_set():
