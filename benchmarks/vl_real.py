@@ -11,7 +11,8 @@ at ``--rate`` lines/s in 100 ms batches; the watcher runs in this process exactl
 ``recovery-logs watch`` wires it (default ``--live poll``: 1 s polls, 1.5 s offset, 6 h
 late-data reconciliation; rule prefilter on).
 
-1. latency: an XID 79 every 2 s on a fresh host (delay = incident emitted - insert returned),
+1. latency (``--rate 20000,50000 --select both``: each rate, local selection and the server's
+   LogsQL prefilter, one after the other): an XID 79 every 2 s on a fresh host (delay = incident emitted - insert returned),
    and every 10 s one fault line stamped 40 s / 10 min in the past (found by reconciliation).
    Prints p50/p99, watcher CPU share and CPU per 1 k lines/s, rows fetched per row delivered.
 2. soak: ``--soak-rate`` for ``--soak-duration`` s (the issue asks 30 min; the default here is
@@ -20,9 +21,10 @@ late-data reconciliation; rule prefilter on).
    the same ingest, then a SIGTERM of the server with the watcher attached: seconds to exit,
    exit code, and rows the server had accepted but did not keep.
 4. replay: ``--replay-rows`` rows over 10 min; a plain ``curl`` export of the range vs
-   ``replay --source`` with push-down (server counts per window, only rule-relevant lines
-   fetched; with and without the phrase filters in front of the substring regexps) and without
-   (every row read: sliced concurrent export, Polars JSON parse). Same incidents checked.
+   ``replay --source``: the default local selection (the scope exported in time slices, rows
+   selected, counted and summarised in Polars), the server push-down (server counts per window,
+   only rule-relevant lines fetched; with and without server-side progress summaries), and
+   every row through the engine (``--no-pushdown``). Same incidents checked.
 
 Figures are for comparing within one run (ratios); the machine may be shared.
 """
@@ -352,11 +354,20 @@ def phase_ingest(args, tmp: Path) -> dict:
 
 
 def phase_latency(args, tmp: Path) -> dict:
-    srv = Server(tmp / "lat").start()
-    try:
-        return run_watch(srv, args.rate, args.duration, 2.0, 10.0)
-    finally:
-        srv.stop()
+    """``--select both``: the local selection (default) and the server's LogsQL prefilter, one after
+    the other on fresh servers, at each ``--rate``."""
+    out: dict = {}
+    for rate in args.rate_list:
+        for sel in (("local", "server") if args.select == "both" else (args.select,)):
+            srv = Server(tmp / f"lat-{rate}-{sel}").start()
+            try:
+                r = run_watch(srv, rate, args.duration, 2.0, 10.0, local_select=sel == "local")
+            finally:
+                srv.stop()
+            r["loadavg_1m"] = os.getloadavg()[0]
+            out[f"{rate}_{sel}"] = r
+            print(json.dumps({"latency_run": {f"{rate}_{sel}": r}}), file=sys.stderr, flush=True)
+    return out
 
 
 def phase_soak(args, tmp: Path) -> dict:
@@ -371,7 +382,7 @@ def phase_soak(args, tmp: Path) -> dict:
 
     try:
         out = run_watch(srv, args.soak_rate, args.soak_duration, 0.0, 0.0, tail_s=5.0, sample=sample,
-                        rotate_s=args.rotate, context_s=args.context)
+                        rotate_s=args.rotate, context_s=args.context, local_select=args.select != "server")
     finally:
         srv.stop()
     rs = [s["rss_mb"] for s in out["samples"]]
@@ -457,8 +468,9 @@ def phase_replay(args, tmp: Path) -> dict:
         out: dict = {"rows": lines, "curl_s": round(t_curl, 2), "curl_bytes": int(curl.stdout or 0),
                      "curl_lines_s": int(lines / t_curl), "curl_server_cpu_s": round(scpu_curl, 2),
                      "loadavg_1m": os.getloadavg()[0]}
-        runs = [("pushdown", dict(pushdown=True)), ("pushdown_progress", dict(pushdown=True, progress=True)),
-                ("pushdown_phrase", dict(pushdown=True, phrase=True))]
+        runs = [("local", dict()),                  # the default: export, select/count/summarise here
+                ("server_pushdown", dict(select="server")),
+                ("server_pushdown_progress", dict(select="server", progress=True))]
         if not args.replay_skip_full:
             runs.append(("full_read", dict(pushdown=False)))
         incidents = {}
@@ -488,7 +500,9 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--only", choices=["ingest", "latency", "soak", "live_modes", "replay"], default=None)
     ap.add_argument("--ingest-duration", type=float, default=15.0)
-    ap.add_argument("--rate", type=int, default=50_000)
+    ap.add_argument("--rate", type=str, default="50000", help="latency: lines/s, or several: 20000,50000")
+    ap.add_argument("--select", choices=["local", "server", "both"], default="local",
+                    help="watch: select rows here (default) or with the server's LogsQL prefilter")
     ap.add_argument("--duration", type=float, default=60.0)
     ap.add_argument("--soak-rate", type=int, default=20_000)
     ap.add_argument("--soak-duration", type=float, default=300.0, help="the issue asks 1800 s")
@@ -498,6 +512,8 @@ def main() -> None:
     ap.add_argument("--replay-rows", type=int, default=1_000_000)
     ap.add_argument("--replay-skip-full", action="store_true", help="replay: skip the read-every-row baseline")
     args = ap.parse_args()
+    args.rate_list = [int(x) for x in str(args.rate).split(",")]
+    args.rate = args.rate_list[-1]
     tmp = Path(tempfile.mkdtemp(prefix="vl-bench-"))
     try:
         for name, fn in (("ingest", phase_ingest), ("live_modes", phase_live_modes), ("replay", phase_replay),

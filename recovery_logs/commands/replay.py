@@ -92,8 +92,11 @@ def register(app: typer.Typer) -> None:
             "--pushdown/--no-pushdown", help="--source: the server counts lines per window and sends only the "
             "lines a rule can match (default); --no-pushdown reads every row")] = True,
         pushdown_progress: Annotated[bool, typer.Option(
-            "--pushdown-progress", help="--source: the server also summarises training-progress lines without a "
-            "step time (less for us to read, more for the server to scan)")] = False,
+            "--pushdown-progress", help="--source --select server: the server also summarises training-progress "
+            "lines without a step time (less for us to read, more for the server to scan); --select local always does")] = False,
+        select: Annotated[str, typer.Option(
+            "--select", help="--source: local (default: the server exports the scope, lines are selected, counted "
+            "and summarised here) or server (LogsQL literal filters and stats: fewer bytes over a slow network)")] = "local",
         explain: Annotated[bool, typer.Option("--explain", help="--source: print the LogsQL sent and exit")] = False,
         start: Annotated[str | None, typer.Option("--start", help="RFC3339 start (with --source)")] = None,
         end: Annotated[str | None, typer.Option("--end", help="RFC3339 end (with --source)")] = None,
@@ -157,6 +160,10 @@ def register(app: typer.Typer) -> None:
 
                 plan = plan_pushdown(load_packs(cfg.rules_dir), query, progress=pushdown_progress)
                 lines = plan.explain() if pushdown and not cfg.line_scores else [f"fetch: {query}"]
+                if pushdown and not cfg.line_scores and select == "local":
+                    lines = [f"export (time slices): {plan.count} | fields <row fields>",
+                             "selected, counted per (host, job, window) and progress lines summarised here "
+                             "(the literals of: " + (plan.fetch or "*")[:200] + " ...)"]
                 typer.echo("\n".join([f"# {conn.url}  {start} .. {end}", *lines]))
                 return
             client = VictoriaLogsClient(conn, read_timeout=120.0)
@@ -179,7 +186,8 @@ def register(app: typer.Typer) -> None:
 
                 res = replay_sharded(names, ropts, workers=workers, address=ray_address)
             elif source:
-                res = replay_source(client, query, t0_ns, t1_ns, ropts, pushdown=pushdown, progress=pushdown_progress)
+                res = replay_source(client, query, t0_ns, t1_ns, ropts, pushdown=pushdown,
+                                    progress=True if pushdown_progress else None, select=select)
             else:
                 res = replay(names, ropts)
         _emit(res, as_json, width)

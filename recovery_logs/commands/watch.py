@@ -82,6 +82,26 @@ def explain_text(watcher: Any) -> str:
         if conn.extra_filters:
             out.append(f"extra_filters (server-side argument): {conn.extra_filters}")
     fields = ", ".join(watcher.fields or [])
+    split = getattr(watcher, "split", None)
+    if o.live == "poll" and split is not None:
+        from recovery_logs.pipeline.watch import compose_query   # commands/ imports lazily
+
+        scope = compose_query(o.query, None)
+        out.append(f"\n# live: POST /select/logsql/query every {o.refresh_s:g}s, start=<frontier>+1ns "
+                   f"end=now-{o.poll_offset_s:g}s: the scope's rows, selected here (Aho-Corasick over "
+                   f"{len(split.needed or ())} rule/enrichment literals), counted per (host, job, window), "
+                   f"progress lines summarised ({', '.join(p.rule_id for p in split.progress) or 'none'})")
+        out.append(f"{scope} | fields {fields}")
+        for t in o.tiers:
+            out.append(f"\n# reconcile late lines: every {t.every_s:g}s over the last {t.span_s:g}s, "
+                       f"{t.step_s}s buckets")
+            out.append(f"{scope} | stats by (_time:{t.step_s}s) count() as n")
+        out.append("# ... a bucket whose count changed: its 2 s buckets counted, the changed ones read again")
+        out.append("\n# restart / engine rotation: the same export in time slices of ~100 k rows (/hits sizes them)")
+        out.append(f"{scope} | fields {fields}")
+        out.append(f"\n# the LogsQL prefilter (--live tail, or local selection off): {len(watcher.query)} characters")
+        out.append(watcher.query)
+        return "\n".join(out)
     if o.live == "poll":
         out.append(f"\n# live: POST /select/logsql/query every {o.refresh_s:g}s, start=<frontier>+1ns "
                    f"end=now-{o.poll_offset_s:g}s")

@@ -69,7 +69,11 @@ def test_enrichment_reads_nothing_from_lines_without_its_literals():
 
 def test_replay_source_explain_prints_the_logsql_and_contacts_nothing(capsys):
     code = main(["replay", "--source", "victorialogs://127.0.0.1:9", "--start", "2026-12-01T00:00:00Z",
-                 "--end", "2026-12-01T01:00:00Z", "--pushdown-progress", "--explain"])
+                 "--end", "2026-12-01T01:00:00Z", "--pushdown-progress", "--select", "server", "--explain"])
     out = capsys.readouterr().out
     assert code == 0
     assert "count: *" in out and 'fetch: (' in out and "progress progress.step_loss:" in out
+    code = main(["replay", "--source", "victorialogs://127.0.0.1:9", "--start", "2026-12-01T00:00:00Z",
+                 "--end", "2026-12-01T01:00:00Z", "--explain"])      # the default: the scope exported, selected here
+    out = capsys.readouterr().out
+    assert code == 0 and "export (time slices): * | fields" in out and "selected, counted" in out
