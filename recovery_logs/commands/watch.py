@@ -84,7 +84,7 @@ def explain_text(watcher: Any) -> str:
     fields = ", ".join(watcher.fields or [])
     split = getattr(watcher, "split", None)
     if o.live == "poll" and split is not None:
-        from recovery_logs.pipeline.watch import compose_query   # commands/ imports lazily
+        from recovery_logs.pipeline.watch import compose_query  # commands/ imports lazily
 
         scope = compose_query(o.query, None)
         out.append(f"\n# live: POST /select/logsql/query every {o.refresh_s:g}s, start=<frontier>+1ns "

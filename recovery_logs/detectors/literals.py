@@ -33,12 +33,9 @@ def needed_literals(pack: RulePack, extra: Iterable[str] = ()) -> tuple[str, ...
     """Substrings one of which every line a non-suppress rule can match contains (plus ``extra``:
     other consumers' needs, e.g. enrichment), minimal (a literal containing another is dropped),
     sorted. ``None``: a rule without literals exists, so no line can be dropped. Suppress-only
-    (benign) rules never make a line needed (``winners(prune_benign=True)`` drops such lines)."""
-    active = [r for r in pack.rules if not r.suppress]
-    if any(not r.literals for r in pack.rules):   # tried on every message (even a suppress rule)
-        return None
-    lits = sorted({lit for r in active for lit in r.literals} | {x for x in extra if x})
-    return tuple(x for x in lits if not any(y != x and y in x for y in lits))
+    (benign) rules never make a line needed (``winners(prune_benign=True)`` drops such lines).
+    (:meth:`RulePack.needed_literals`: the LogsQL prefilter is built from the same set.)"""
+    return pack.needed_literals(extra)
 
 
 def word_char(c: str) -> bool:

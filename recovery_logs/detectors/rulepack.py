@@ -23,6 +23,7 @@ import json
 import os
 import re
 import tomllib
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -114,20 +115,30 @@ class RulePack:
                 seen.setdefault(lit, None)
         return tuple(seen)
 
+    def needed_literals(self, extra: Iterable[str] = ()) -> tuple[str, ...] | None:
+        """Substrings one of which every line a non-suppress rule can match contains (plus
+        ``extra``), minimal (a literal containing another is dropped), sorted; ``None`` when a
+        rule has no literals (every line is needed). The one derivation behind the file
+        prefilter, the replay/watch selection and the LogsQL prefilter
+        (``detectors.literals.needed_literals``, :meth:`logsql_prefilter`)."""
+        if any(not r.literals for r in self.rules):   # tried on every message (even a suppress rule)
+            return None
+        active = [r for r in self.rules if not r.suppress]
+        lits = sorted({lit for r in active for lit in r.literals} | {x for x in extra if x})
+        return tuple(x for x in lits if not any(y != x and y in x for y in lits))
+
     def logsql_prefilter(self) -> str:
         """A VictoriaLogs LogsQL filter that keeps every line any rule could match.
 
-        One case-sensitive substring filter per literal (``_msg:~"NVRM: Xid"``; regex
-        metacharacters escaped), OR-ed: each is a plain substring test there, with no ``(?i)``
+        One case-sensitive substring filter per :meth:`needed_literals` literal (``_msg:~"NVRM: Xid"``;
+        regex metacharacters escaped), OR-ed: each is a plain substring test there, with no ``(?i)``
         (a case-insensitive regexp is 10-30x slower in VictoriaLogs). Rules without literals
         cannot be prefiltered, so their presence yields ``*`` (all lines). Suppress-only (benign)
         rules never need a line, so their literals are left out.
         """
-        active = [r for r in self.rules if not r.suppress]
-        if not active or any(not r.literals for r in active):
+        lits = self.needed_literals()
+        if not lits:
             return "*"
-        lits = sorted({lit for r in active for lit in r.literals})
-        lits = [x for x in lits if not any(y != x and y in x for y in lits)]   # "a" already covers "xay"
         parts = ['_msg:~"' + _re2_escape(lit).replace("\\", "\\\\").replace('"', '\\"') + '"' for lit in lits]
         return parts[0] if len(parts) == 1 else "(" + " OR ".join(parts) + ")"
 
