@@ -319,6 +319,20 @@ class Engine:
         self.stats["compacted"] += dropped
         return dropped
 
+    @property
+    def progress_rows(self) -> int:
+        """Progress findings held."""
+        return self._progress_rows
+
+    def compact_progress(self, horizon_ns: int, above_rows: int, slack_ns: int = 0) -> int:
+        """:meth:`compact` at ``horizon_ns`` when more than ``above_rows`` progress findings are
+        held and some are older than ``horizon - slack`` (a live reader's bound, at most once per
+        ``slack`` of event time; replay compacts by the config's)."""
+        oldest = self._oldest_progress_ns
+        if self._progress_rows <= above_rows or oldest is None or oldest >= horizon_ns - slack_ns:
+            return 0
+        return self.compact(horizon_ns)
+
     @staticmethod
     def _oldest_progress(f: pl.DataFrame) -> int | None:
         t0 = f.filter(pl.col("category") == "progress").select(pl.col("time").min().dt.epoch("ns")).item()

@@ -159,7 +159,9 @@ class WatchOptions:
     unreachable_exit_s: float | None = 300.0  # never reached the server this long after start: stop with an error
     decision: str = "record_only"
     max_findings: int = 200_000          # file sources: compact floods above this many held findings
-    local_select: bool = True            # poll + prefilter: select/count/summarise here (sources.vl_local)
+    local_select: bool = True            # poll + prefilter: select/count/summarise here (sources.vl_local);
+                                         # memory is then bounded by compaction, not by rotate_s rebuilds
+    max_progress_rows: int = 200_000     # local select: progress findings older than context_s compacted above this
     lock: bool = True                    # hold <state-dir>/watch.lock while running
     extra: dict[str, Any] = field(default_factory=dict)
 
@@ -743,7 +745,8 @@ class Watcher:
             except RecoveryLogsError as exc:
                 self._error("files", exc)
             self._file_offsets()
-        if (self.vl is not None and self.options.rotate_s and self.vl.complete_ns is not None
+        local = isinstance(self.vl, VLPoller) and self.vl.split is not None
+        if (self.vl is not None and self.options.rotate_s and self.vl.complete_ns is not None and not local
                 and now - self._born >= int(self.options.rotate_s * NS)):
             self._rotate(now)
         if self.accounting is not None and self.accounting.poll(now / NS):
@@ -755,6 +758,17 @@ class Watcher:
             wm = min(wm, done) if done is not None and self.vl.stats["catchups"] else None
         if wm is not None:
             self.engine.advance(wm, closed)
+        if local and self.engine.watermark_ns is not None:
+            # memory bounded in place, not by re-reading the context (a rotation at 20 k lines/s re-read
+            # 2.4 M rows per 120 s): progress lines older than the context dropped (detector findings
+            # kept), floods of fault lines compacted as with file sources
+            wm_now = self.engine.watermark_ns
+            ctx = int(self.options.context_s * NS)
+            if self.engine.compact_progress(wm_now - ctx, self.options.max_progress_rows, slack_ns=ctx // 4):
+                self.stats["compactions"] += 1
+            if self.engine.findings.height - self.engine.progress_rows > self.options.max_findings:
+                self.engine.compact_floods(wm_now, wm_now - int(self.options.max_context_s * NS))
+                self.stats["compactions"] += 1
         if self.files is not None and self.vl is None and self.engine.findings.height > self.options.max_findings:
             upto = min(now - self.lateness_ns, closed if closed is not None else now)
             self.engine.compact_floods(upto, upto - int(self.options.max_context_s * NS))

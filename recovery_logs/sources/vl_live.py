@@ -182,6 +182,8 @@ class VLPoller:
         self.store_ns = int(store_s * NS)
         self._store = pl.DataFrame(schema=_STORE_SCHEMA)
         self._store_parts: list[pl.DataFrame] = []
+        self.max_rows = 250_000          # local split: rows one live read aims at (window sized by the last rate)
+        self._row_rate = 0.0
         self._counts: list[pl.DataFrame] = []
         self.fields = list(fields) if fields else None
         self.refresh_ns = int(refresh_s * NS)
@@ -281,6 +283,8 @@ class VLPoller:
         if hi <= lo:
             return
         if self.split is not None:
+            if self._row_rate:      # every row comes: bound the rows of one read (a catch-up after an outage)
+                hi = min(hi, lo + max(self.refresh_ns, int(self.max_rows / self._row_rate)))
             rows, store = self._read_local(lo + 1, hi)
             self.stats["polls"] += 1
             self.stats["catchups"] += 1
@@ -318,6 +322,8 @@ class VLPoller:
         else:
             df = pl.read_ndjson(io.BytesIO(body), schema={k: pl.String for k in keys}, ignore_errors=True)
         del body
+        if df.height:
+            self._row_rate = df.height / max(1, hi - lo + 1)
         self.stats["rows_fetched"] += df.height
         self.stats["rows_counted"] += df.height
         df = with_ts(df)

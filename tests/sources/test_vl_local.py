@@ -1,0 +1,78 @@
+"""sources.vl_local.split_frame: the selection, counts and progress summaries made here equal what
+the row readers and the engine make of the same rows."""
+
+from __future__ import annotations
+
+import polars as pl
+
+from recovery_logs.config import EngineConfig
+from recovery_logs.pipeline.engine import Engine
+from recovery_logs.pipeline.vl_replay import local_split
+from recovery_logs.schema import empty_findings
+from recovery_logs.sources.files import events_from_vl_records
+from recovery_logs.sources.formats import vl_columns
+from recovery_logs.sources.read_common import ReadOptions
+from recovery_logs.sources.vl_local import split_frame, with_ts
+from recovery_logs.windows import window_counts
+
+W = 60 * 1_000_000_000
+
+
+def _rows() -> list[dict[str, str]]:
+    # formats: NVIDIA open-gpu-kernel-modules (NVRM: Xid ...); the progress line is the shape of
+    # rules/progress.toml progress.step_loss's must_match example ("[rank10]: step 1913 | loss ...")
+    rows = [
+        {"_time": "2026-12-01T10:00:01.000000001Z", "_stream_id": "s1", "host": "gpu-n1.cluster.local",
+         "unit": "kernel", "_msg": "NVRM: Xid (PCI:0000:3b:00): 79, pid=1, name=python3, GPU has fallen off the bus."},
+        {"_time": "2026-12-01T10:00:02Z", "_stream_id": "s2", "hostname": "gpu-n2", "unit": "sshd",
+         "slurm_job_id": "77", "_msg": "Accepted publickey for user1 from 10.0.0.1"},
+        {"_time": "2026-12-01T10:00:02Z", "_stream_id": "s2", "hostname": "gpu-n2", "unit": "sshd",
+         "slurm_job_id": "77", "_msg": "Accepted publickey for user1 from 10.0.0.1"},       # a re-sent duplicate
+        {"_time": "2026-12-01T10:01:05.5Z", "_stream_id": "s3", "host": "gpu-n1", "unit": "kernel",
+         "_msg": "systemd[1]: Started Session 4 of User root."},
+        {"_time": "not a time", "_stream_id": "s3", "host": "gpu-n1", "_msg": "systemd[1]: Started Session 5"},
+    ]
+    for k in range(6):
+        rows.append({"_time": f"2026-12-01T10:00:{10 + k:02d}.25Z", "_stream_id": "s4", "host": "gpu-n3",
+                     "unit": "train", "job_id": "184499", "rank": str(k % 3),
+                     "_msg": f"[rank{k % 3}]: step {k // 3} | loss 1.9{k} | lr 3.0e-04 | tokens/s 118000"})
+    return rows
+
+
+def _frame(rows: list[dict[str, str]]) -> pl.DataFrame:
+    keys = vl_columns(tuple(ReadOptions().host_fields))
+    return pl.DataFrame([{k: r.get(k) for k in keys} for r in rows], schema={k: pl.String for k in keys})
+
+
+def test_split_selects_counts_and_summarises_as_the_readers_and_the_engine_do():
+    eng = Engine(EngineConfig())
+    plan = local_split(eng.pack, W)
+    assert [p.rule_id for p in plan.progress] == ["progress.step_loss"]
+    rows = _rows()
+    need, counts, prog = split_frame(_frame(rows), plan, ReadOptions())
+    # needed as text: the Xid line and the line whose time does not parse (the readers quarantine it)
+    assert sorted(need["_msg"].to_list()) == sorted([rows[0]["_msg"], rows[4]["_msg"]])
+    # line counts per (host, job, window) = the readers' windows of every line
+    ref = events_from_vl_records(rows, ReadOptions(), 0, "victorialogs:t").events
+    want = (window_counts(ref, empty_findings(), 60.0).select("host", "job_id", "window_start", "lines")
+            .sort("host", "job_id", "window_start"))
+    got = (counts.select("host", "job_id", pl.col("bucket").cast(pl.Datetime("ns")).dt.replace_time_zone("UTC")
+                         .cast(want.schema["window_start"]).alias("window_start"), "lines")
+           .sort("host", "job_id", "window_start"))
+    assert got.to_dicts() == want.to_dicts()
+    assert int(counts["duplicates"].sum()) == 1 and int(counts["lines"].sum()) == ref.height
+    # progress: per (host, job, step, window): lines, first and last time — the findings the engine makes
+    (spec, pc), = prog
+    found = eng.partial(ref).findings.filter(pl.col("rule_id") == spec.rule_id)
+    by = (found.group_by("host", "job_id", "step").agg(pl.len().alias("lines"),
+                                                        pl.col("time").min().dt.epoch("ns").alias("first"),
+                                                        pl.col("time").max().dt.epoch("ns").alias("last"))
+          .sort("step"))
+    assert pc.select("host", "job_id", "step", "lines", "first", "last").sort("step").to_dicts() == by.to_dicts()
+
+
+def test_vl_time_fast_path_and_fallback_agree():
+    df = pl.DataFrame({"_time": ["2026-12-01T10:00:01.123456789Z", "2026-12-01T10:00:01Z", "2026-12-01T11:00:01+01:00",
+                                 "garbage", None]})
+    got = with_ts(df)["_ts"].to_list()
+    assert got[0] == got[1] + 123456789 and got[2] == got[1] and got[3] is None and got[4] is None
