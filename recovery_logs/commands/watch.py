@@ -97,7 +97,8 @@ def explain_text(watcher: Any) -> str:
                        f"{t.step_s}s buckets")
             out.append(f"{scope} | stats by (_time:{t.step_s}s) count() as n")
         out.append("# ... a bucket whose count changed: its 2 s buckets counted, the changed ones read again")
-        out.append("\n# restart / engine rotation: the same export in time slices of ~100 k rows (/hits sizes them)")
+        out.append("\n# restart context: the same export in time slices of ~100 k rows (/hits sizes them); memory is bounded "
+                   "by compaction in place (no rotation re-read)")
         out.append(f"{scope} | fields {fields}")
         out.append(f"\n# the LogsQL prefilter (--live tail, or local selection off): {len(watcher.query)} characters")
         out.append(watcher.query)

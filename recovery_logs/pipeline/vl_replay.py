@@ -260,7 +260,7 @@ def progress_findings(counts: pl.DataFrame, rule: Rule, seq_start: int) -> pl.Da
     df = ex.select(
         pl.col("_t").cast(pl.Datetime("ns")).dt.replace_time_zone("UTC").alias("time"),
         "host", "job_id", "step", pl.lit("job").alias("source"),
-        pl.lit(f"training progress (step counted by VictoriaLogs, rule {rule.id})").alias("message"),
+        pl.lit("(summarised)").alias("message"),      # <= 12 bytes: inline in a string view (1.5 M rows held live)
         pl.lit(False).alias("time_inferred"), pl.lit(rule.id).alias("rule_id"),
         pl.lit(rule.version).alias("rule_version"), pl.lit(rule.category).alias("category"),
         pl.lit(rule.severity).alias("severity"), pl.lit(rule.role).alias("role"), pl.lit(rule.action).alias("action"))

@@ -764,7 +764,7 @@ class Watcher:
             # kept), floods of fault lines compacted as with file sources
             wm_now = self.engine.watermark_ns
             ctx = int(self.options.context_s * NS)
-            if self.engine.compact_progress(wm_now - ctx, self.options.max_progress_rows, slack_ns=ctx // 4):
+            if self.engine.compact_progress(wm_now - ctx, self.options.max_progress_rows, slack_ns=ctx // 8):
                 self.stats["compactions"] += 1
             if self.engine.findings.height - self.engine.progress_rows > self.options.max_findings:
                 self.engine.compact_floods(wm_now, wm_now - int(self.options.max_context_s * NS))
