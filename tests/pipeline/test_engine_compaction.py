@@ -9,8 +9,11 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+import polars as pl
+
 from recovery_logs.config import EngineConfig
 from recovery_logs.pipeline.engine import Engine
+from recovery_logs.pipeline.vl_replay import absorb_progress, local_split
 from recovery_logs.testing import make_events
 
 T0 = 1_796_000_000 * 10**9
@@ -63,3 +66,21 @@ def test_progress_older_than_the_retention_is_compacted() -> None:
                   detectors=("hangs", "stragglers"))
     eng, calls = _run(cfg, batches)
     assert calls == 1 and eng.stats["compacted"] > 0
+
+
+def test_compact_progress_bounds_what_a_live_reader_holds():
+    """Engine.compact_progress (watch with the local selection): only above the row bound, only
+    when something is older than horizon - slack, then every progress finding before the horizon."""
+    ns = 1_000_000_000
+    t0 = 1_796_000_000 * ns
+    eng = Engine(EngineConfig())
+    spec = local_split(eng.pack, 60 * ns).progress[0]
+    counts = pl.DataFrame({"host": ["h1"] * 100, "job_id": ["7"] * 100, "step": list(range(100)), "lines": [3] * 100,
+                           "first": [t0 + k * ns for k in range(100)], "last": [t0 + k * ns + ns // 2 for k in range(100)]})
+    absorb_progress(eng, [(spec, counts)], 0)
+    assert eng.progress_rows == 300
+    assert eng.compact_progress(t0 + 50 * ns, above_rows=1000) == 0                  # under the bound
+    assert eng.compact_progress(t0 + 50 * ns, above_rows=100, slack_ns=60 * ns) == 0  # nothing older than that
+    assert eng.compact_progress(t0 + 50 * ns, above_rows=100) == 150
+    assert eng.progress_rows == 150
+    assert eng.findings.select(pl.col("time").min().dt.epoch("ns")).item() == t0 + 50 * ns

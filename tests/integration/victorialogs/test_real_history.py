@@ -96,7 +96,7 @@ def test_watch_since_equals_replay_no_hang_alarm_from_the_catch_up(real_vl, tmp_
         t_end = time.monotonic() + 25
         while time.monotonic() < t_end:
             w.step()
-            if w.vl.complete_ns and time.time_ns() - w.vl.complete_ns < 3 * NS and w.vl.stats["polls"] > 5:
+            if w.vl.complete_ns and time.time_ns() - w.vl.complete_ns < w.vl.offset_ns + NS and w.vl.stats["polls"] > 5:
                 break
             time.sleep(0.05)
         w.step()

@@ -251,11 +251,12 @@ def test_cli_watch_server_never_reached_exits_non_zero(tmp_path, capsys):
 
 
 def test_engine_rotation_keeps_incidents_and_bounds_state(empty_vls):
-    """rotate_s: the engine is rebuilt from the server's context history; the incidents and
+    """rotate_s (the server-prefilter path, local_select=False; the local selection bounds memory by
+    compaction instead): the engine is rebuilt from the server's context history; the incidents and
     their ids stay, nothing is reported twice, and rows are not fed twice."""
     empty_vls.ingest(dataset(time.time_ns() - 3 * NS))
     emitted: list[str] = []
-    w = Watcher(_opts(empty_vls, rotate_s=0.5, context_s=1800.0), engine=_engine(),
+    w = Watcher(_opts(empty_vls, rotate_s=0.5, context_s=1800.0, local_select=False), engine=_engine(),
                 emit=lambda k, i: emitted.append(i.id)).open()
     try:
         _run(w, lambda out, w: _caught_up(w, 1) and w.incidents, timeout=15)
