@@ -185,9 +185,9 @@ class VLPoller:
         self.max_rows = 250_000          # local split: rows one live read aims at (window sized by the last rate)
         # local split: a loaded server makes rows searchable later than offset_s; each fine bucket just
         # behind the frontier that has to be read again (every row of it) then widens the offset by
-        # 1 s (up to max_offset_s), and 60 s without one narrows it by 0.5 s back to offset_s
+        # 0.5 s (up to offset_s + 4 s), and 15 s without one narrows it by 0.5 s back to offset_s
         self.base_offset_ns = int(offset_s * NS)
-        self.max_offset_ns = max(self.base_offset_ns, 10 * NS)
+        self.max_offset_ns = self.base_offset_ns + 4 * NS
         self._lag_hit = 0
         self._row_rate = 0.0
         self._counts: list[pl.DataFrame] = []
@@ -416,7 +416,7 @@ class VLPoller:
         self._accept(rows, out, late=True, count=False)
         self.stats["buckets_reread"] += 1
         if self.complete_ns is not None and lo >= self.complete_ns - self.offset_ns - 4 * fine:
-            self.offset_ns = min(self.max_offset_ns, self.offset_ns + NS)       # searchable later than we read
+            self.offset_ns = min(self.max_offset_ns, self.offset_ns + NS // 2)  # searchable later than we read
             self._lag_hit = self.clock()
             self.stats["offset_widened"] += 1
         self._consolidate()
@@ -600,7 +600,7 @@ class VLPoller:
                     break
         if self.split is not None and len(self._store_parts) >= 10:
             self._consolidate()
-        if self.offset_ns > self.base_offset_ns and now - self._lag_hit > 60 * NS:
+        if self.offset_ns > self.base_offset_ns and now - self._lag_hit > 15 * NS:
             self.offset_ns = max(self.base_offset_ns, self.offset_ns - NS // 2)
             self._lag_hit = now
         if self.complete_ns is not None:
