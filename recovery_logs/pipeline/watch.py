@@ -31,9 +31,13 @@ any reported incident that may still grow, so it keeps its id — then the
 live read resumes at ``complete - lateness``, and an incident is printed again only if it
 gained evidence or changed status.
 
-Long runs: the engine keeps every finding, so with a VictoriaLogs source it is rebuilt every
-``rotate_s`` from the server's history of the context window (the server is the store); memory
-then stays bounded by the context, and reported incidents keep their ids (see restart). With
+Long runs: the engine keeps every finding. With a VictoriaLogs source and the local selection
+(the default, ``local_select``: each poll exports the scope and ``sources.vl_local`` splits it)
+memory is bounded in place: progress findings older than ``context_s`` are compacted away
+(``Engine.compact_progress``, detector findings kept) and floods of fault findings compacted as
+with file sources. With the server-side prefilter (``local_select=False``, ``--live tail``) the
+engine is instead rebuilt every ``rotate_s`` from the server's history of the context window (the
+server is the store); reported incidents keep their ids either way (see restart). With
 file sources, once more than ``max_findings`` are held the engine compacts floods in place
 (``Engine.compact_floods``: behind the watermark, per host/job/rule and half incident gap only
 the first and last finding are kept and the rest counted) and drops what is older than
