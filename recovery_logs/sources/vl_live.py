@@ -183,12 +183,6 @@ class VLPoller:
         self._store = pl.DataFrame(schema=_STORE_SCHEMA)
         self._store_parts: list[pl.DataFrame] = []
         self.max_rows = 250_000          # local split: rows one live read aims at (window sized by the last rate)
-        # local split: a loaded server makes rows searchable later than offset_s; each fine bucket just
-        # behind the frontier that has to be read again (every row of it) then widens the offset by
-        # 0.5 s (up to offset_s + 4 s), and 15 s without one narrows it by 0.5 s back to offset_s
-        self.base_offset_ns = int(offset_s * NS)
-        self.max_offset_ns = self.base_offset_ns + 4 * NS
-        self._lag_hit = 0
         self._row_rate = 0.0
         self._counts: list[pl.DataFrame] = []
         self.fields = list(fields) if fields else None
@@ -415,10 +409,6 @@ class VLPoller:
         rows, new = self._read_local(lo, hi)
         self._accept(rows, out, late=True, count=False)
         self.stats["buckets_reread"] += 1
-        if self.complete_ns is not None and lo >= self.complete_ns - self.offset_ns - 4 * fine:
-            self.offset_ns = min(self.max_offset_ns, self.offset_ns + NS // 2)  # searchable later than we read
-            self._lag_hit = self.clock()
-            self.stats["offset_widened"] += 1
         self._consolidate()
         if self.complete_ns is None or lo < self.complete_ns - self.store_ns:
             return
@@ -600,9 +590,6 @@ class VLPoller:
                     break
         if self.split is not None and len(self._store_parts) >= 10:
             self._consolidate()
-        if self.offset_ns > self.base_offset_ns and now - self._lag_hit > 15 * NS:
-            self.offset_ns = max(self.base_offset_ns, self.offset_ns - NS // 2)
-            self._lag_hit = now
         if self.complete_ns is not None:
             led = self.ledger
             led.evict_before(led.bucket(self.complete_ns - self.horizon_ns))
