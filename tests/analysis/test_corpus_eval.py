@@ -30,9 +30,11 @@ CORPUS = Path(__file__).resolve().parents[1] / "corpus" / "real"
 # 0.583 (2026-12-01, 48 excerpts), 0.574 on 88 excerpts before the format-string rules of issue 13 and
 # 0.691 after them (same day, `recovery-logs eval --corpus tests/corpus/real`), 0.797 (94/118) after the
 # vocabulary rules and the fallback layer (rules/fallback.toml) and 0.788 (93/118) with the last of them
-# (same day, this test). Its floor here is a regression guard just below that measurement; the dev split
+# (same day, this test). A fourth blind pass (`h4-*`, 57 excerpts, 42 non-benign) scored 0.476 (20/42) on the rules
+# as they were at the start of that work and 0.595 (25/42) after it, measured once each; with it the whole held-out
+# split is 0.738 (118/160). Its floor here is a regression guard just below that measurement; the dev split
 # carries the issue's floors. Crashes and benign actions have the same zero floors everywhere.
-HOLDOUT_MIN_CATEGORY = 0.78
+HOLDOUT_MIN_CATEGORY = 0.73
 
 
 @pytest.fixture(scope="module")
