@@ -264,14 +264,18 @@ def _rank_hosts(f: pl.DataFrame) -> dict[tuple[str, int], str]:
 
 def report_verdicts(det: StragglerDetector, findings: pl.DataFrame, ctx: DetectContext) -> list[dict]:
     """Verdicts from timing reports and job slowdowns (see the module docstring)."""
-    f = upto(findings, ctx.watermark_ns).filter(
-        pl.col("job_id").is_not_null() & ~pl.col("rule_id").fill_null("").str.starts_with("detector."))
+    # only the columns each step reads: a filter copies every column it keeps, and on a fleet the findings
+    # are hundreds of thousands of progress rows (messages are read for the reports and the rank map only)
+    keep = pl.col("job_id").is_not_null() & ~pl.col("rule_id").fill_null("").str.starts_with("detector.")
+    f = upto(findings.select(_SLOWDOWN_COLS), ctx.watermark_ns).filter(keep)
     if f.is_empty():
         return []
-    rep = f.filter(pl.col("rule_id").is_in(REPORT_RULES)).sort(["time", "seq"], nulls_last=True)
+    rep = (upto(findings.filter(pl.col("rule_id").is_in(REPORT_RULES)), ctx.watermark_ns).filter(keep)
+           .sort(["time", "seq"], nulls_last=True))
     rows: list[dict] = []
     megatron = rep.filter(pl.col("rule_id").is_in([MEGATRON_REPORT, MEGATRON_ALL])).height > 0   # bare ranks
-    hosts = _rank_hosts(f.filter(pl.col("role") == "progress")) if megatron else {}
+    hosts = (_rank_hosts(upto(findings.select(_RANK_COLS).filter(pl.col("role") == "progress"),
+                              ctx.watermark_ns).filter(keep)) if megatron else {})
     for (job,), g in rep.group_by(["job_id"], maintain_order=True):
         recs = g.select("time", "rule_id", "message", "detail").iter_rows(named=True)
         by_rule: dict[str, list[dict]] = {}
@@ -292,9 +296,11 @@ def thermal_hosts(rows: list[dict], findings: pl.DataFrame, ctx: DetectContext) 
     """A slow node that also reports thermal throttling (a ``thermal_power`` cause finding on the host):
     the slowness is the throttling's symptom — the verdict becomes a symptom of that incident (the
     thermal finding is the root cause and decides the action: investigate the cooling first)."""
-    hot = set(upto(findings, ctx.watermark_ns).filter(
+    # the thermal causes first, then the watermark: filtering the whole findings frame first copied every
+    # column of every row (on a fleet, hundreds of thousands of progress findings, each detector pass)
+    hot = set(upto(findings.filter(
         (pl.col("category") == "thermal_power") & (pl.col("role") == "cause") & pl.col("host").is_not_null()
-    )["host"].unique().to_list())
+    ), ctx.watermark_ns)["host"].unique().to_list())
     for r in rows:
         if r["action"] == "drain_node_and_requeue" and r.get("host") in hot:
             r.update(role="symptom", severity="low", action="investigate")
@@ -472,6 +478,10 @@ def _nvrx(det: StragglerDetector, job: str, warns: list[dict], scores: list[dict
                                 f"straggler in {n} reports — a slow node"),
                     "detail": {"kind": "nvrx_node", "reports": n, "ranks": slow}})
     return out
+
+
+_SLOWDOWN_COLS = ("time", "seq", "job_id", "host", "rank", "rule_id", "role", "step_time_s")
+_RANK_COLS = ("time", "job_id", "host", "rank", "rule_id", "role", "message")
 
 
 def _slowdowns(det: StragglerDetector, f: pl.DataFrame) -> list[dict]:
