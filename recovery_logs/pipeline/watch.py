@@ -496,30 +496,21 @@ class Watcher:
         fresh.inventory = self.engine.inventory
         old, self.engine = self.engine, fresh
         read = 0
-        if isinstance(self.vl, VLPoller) and self.vl.split is not None:
-            try:      # up to the frontier: what lies beyond it the next poll reads (and counts) once
-                read = self._read_back(lo, self.vl.complete_ns or hi, tally=False)
-            except SourceError as exc:
-                self.engine = old
-                self._error("rotate", exc)
-                return
-            if old.watermark_ns is not None:
-                fresh.advance(old.watermark_ns)
-            self._born = now
-            self.stats["rotations"] += 1
-            self.stats["rotated_rows"] += read
-            return
         try:
-            counts = self.vl.scope_counts(lo, hi) if isinstance(self.vl, VLPoller) else None
-            for rows in history_rows(self.client, self.query, lo, hi, fields=self.fields):
-                if isinstance(self.vl, VLPoller):
-                    self.vl.mark_seen(rows)
-                else:
-                    for r in rows:
-                        self.vl.dedupe.add(record_key(r))
-                self._feed(self._vl_events(rows), count_late=False, tally=False, counted=counts is not None)
-                read += len(rows)
-            self._absorb_counts(counts)
+            if isinstance(self.vl, VLPoller) and self.vl.split is not None:
+                # up to the frontier: what lies beyond it the next poll reads (and counts) once
+                read = self._read_back(lo, self.vl.complete_ns or hi, tally=False)
+            else:
+                counts = self.vl.scope_counts(lo, hi) if isinstance(self.vl, VLPoller) else None
+                for rows in history_rows(self.client, self.query, lo, hi, fields=self.fields):
+                    if isinstance(self.vl, VLPoller):
+                        self.vl.mark_seen(rows)
+                    else:
+                        for r in rows:
+                            self.vl.dedupe.add(record_key(r))
+                    self._feed(self._vl_events(rows), count_late=False, tally=False, counted=counts is not None)
+                    read += len(rows)
+                self._absorb_counts(counts)
         except SourceError as exc:
             self.engine = old                # keep the full state; try again next period
             self._error("rotate", exc)
