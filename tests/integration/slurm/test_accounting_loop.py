@@ -78,15 +78,20 @@ class Loop:
         with p.open("a") as fh:
             fh.write(text)
 
-    def until(self, what: str, pred, timeout: float = 60.0) -> float:
+    def until(self, what: str, pred, timeout: float = 60.0, show=None) -> float:
+        """Step the watcher until ``pred()``; on timeout the error carries ``show()`` (what was seen)."""
         t0 = time.monotonic()
         while True:
             self.watcher.step()
             if pred():
                 return time.monotonic() - t0
             if time.monotonic() - t0 > timeout:
-                raise AssertionError(f"timed out after {timeout:g} s waiting for {what}")
+                seen = f"; seen: {show()}" if show is not None else ""
+                raise AssertionError(f"timed out after {timeout:g} s waiting for {what}{seen}")
             time.sleep(0.3)
+
+    def action_summary(self) -> list[tuple]:
+        return [(a["incident_id"], a["kind"], a["target"], a["status"], a["reason"]) for a in self.actions()]
 
     def actions(self, kind: str | None = None) -> list[dict]:
         return [a for a in self.rem.actions() if kind is None or a["kind"] == kind]
@@ -116,7 +121,11 @@ def test_kernel_log_only_autonomous_requeue_and_time_to_resume(cluster, tmp_path
     assert inc.node == bad and inc.category == "xid" and inc.jobs == (job,)
     assert any(e.rule_id == "accounting.job" and f"job {job}" in e.message for e in inc.evidence)
     assert inc.attempts[0]["restart_count"] == 0 and inc.attempts[0]["gpus"] == 4
-    loop.until("drain and requeue done", lambda: [a["status"] for a in loop.actions()] == ["done", "done"], 60)
+    # this incident's own actions: the requeue's "DUE TO JOB REQUEUE" line can re-form the incident under a
+    # new id whose actions are denied (see the ledger check below), which must not hide these two
+    loop.until("drain and requeue done", lambda: [(a["kind"], a["status"]) for a in loop.actions()
+                                                  if a["incident_id"] == inc.id]
+               == [("drain_node", "done"), ("requeue_job", "done")], 60, show=loop.action_summary)
     node = cluster.node(bad)
     assert "DRAIN" in node["State"] and node["Reason"].startswith(f"recovery-logs:{inc.id}")
     assert bad in expand_hostlist(cluster.job(job)["ExcNodeList"])
