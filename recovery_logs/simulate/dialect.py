@@ -18,7 +18,15 @@ MxRtt/Rnk: …`` with GPU power/temperature/clock extremes (megatron/core/utils.
 report follows DCGM 4 (``Detected clocks event due to thermal violation``), DCGM 3 (``Detected clock
 throttling due to thermal violation``) or an ``nvidia-smi -q`` clocks-event block (``HW Thermal Slowdown
 : Active``; older drivers title it ``Clocks Throttle Reasons``), as NVIDIA/DCGM#270 and the nvidia-smi
-pastes in the corpus show.
+pastes in the corpus show. ``dcgmi diag`` prints its thermal-violation warning inside its result table,
+which wraps the text mid-word (stas00/ml-engineering's faulty-node paste).
+
+A GPU out-of-memory is written in the words of the stack that hit it (``oom_stack``): PyTorch's CUDA
+caching allocator, the same allocator on ROCm (``HIP out of memory``), XLA/JAX (``RESOURCE_EXHAUSTED:
+Out of memory while trying to allocate N bytes.``), cuBLAS failing to create its handle
+(``CUBLAS_STATUS_ALLOC_FAILED``) or vLLM finding no memory for its KV cache — the families of the
+corpus's ``d5g-*`` OOM excerpts (ROCm/TheRock#2118-style HIP pastes, jax-ml/jax#13428,
+QwenLM/Qwen3#873, vllm-project/vllm#10439), values from the simulated cluster.
 
 A ``Dialect`` is drawn once per scenario run from its own random stream (so the other lines of a
 run keep their bytes); ``Dialect()`` is the wording the simulator wrote before variants existed.
@@ -33,6 +41,9 @@ import numpy as np
 # CUDA runtime error numbers of the old (pre CUDA 10.1 / THC) messages, by message
 OLD_CUDA_CODES = {"an illegal memory access was encountered": 77, "unspecified launch failure": 4,
                   "uncorrectable ECC error encountered": 39, "device-side assert triggered": 59}
+# who words a GPU out-of-memory (Dialect.oom_stack)
+OOM_STACKS = ("torch", "hip", "xla", "cublas", "vllm")
+DIAG_CELL = 46      # width of the result column of `dcgmi diag`'s table
 
 
 @dataclass(frozen=True)
@@ -50,6 +61,8 @@ class Dialect:
     rank_timing: str = "step_time"     # per-rank lines: step_time | phase (`timing: forward-compute … ms | …`)
     timing_report: str = "none"        # none | megatron_timers (`(min, max) time across ranks`) | megatron_straggler
     thermal_form: str = "dcgm4"        # dcgm4 `clocks event due to thermal violation` | dcgm3 `clock throttling …` | smi
+    oom_stack: str = "torch"           # torch | hip | xla | cublas | vllm (who words a GPU OOM)
+    thermal_table: bool = False        # DCGM forms: a `dcgmi diag` result table, text wrapped mid-word
 
     @classmethod
     def draw(cls, rng: np.random.Generator) -> Dialect:
@@ -62,7 +75,8 @@ class Dialect:
                    oom_old=coin(), oomkill_old=coin(),
                    rank_timing="phase" if coin() else "step_time",
                    timing_report=str(rng.choice(["none", "megatron_timers", "megatron_straggler"])),
-                   thermal_form=str(rng.choice(["dcgm4", "dcgm3", "smi"])))
+                   thermal_form=str(rng.choice(["dcgm4", "dcgm3", "smi"])),
+                   oom_stack=str(rng.choice(list(OOM_STACKS))), thermal_table=coin())
 
     def names(self) -> dict[str, object]:
         """The variants drawn for the run (for truth.json): those that differ from the default wording. A
@@ -113,10 +127,44 @@ class Dialect:
                     "        Sync Boost                        : Not Active",
                     "        SW Thermal Slowdown               : Active",
                     "        Display Clock Setting             : Not Active"]
+        if self.thermal_table:   # dcgmi diag: DCGM_FR_THERMAL_VIOLATIONS_TS in the result table
+            msg = (f"GPU {gpu} Thermal violations totaling {12.0 + gpu % 5:.1f} seconds started at {9.7 + gpu:.1f} "
+                   f"seconds into the test for GPU {gpu} Verify that the cooling on this machine is functional, "
+                   "including external, thermal material interface, fans, and any other components.")
+            cells = [msg[i:i + DIAG_CELL] for i in range(0, len(msg), DIAG_CELL)]
+            rows = [f"| {'Warning' if i == 0 else '':<25} | {c:<{DIAG_CELL}} |" for i, c in enumerate(cells)]
+            return ["| Diagnostic                | Result                                         |",
+                    "+===========================+================================================+", *rows]
         what = "clocks event" if self.thermal_form == "dcgm4" else "clock throttling"
         return [f"ERROR [{4000 + gpu}:{4002 + gpu}] [[Health]] Detected a WARNING in health system Thermal: 'Detected "
                 f"{what} due to thermal violation in GPU {gpu}. Verify that the cooling on this machine is functional, "
                 "including external, thermal material interface, fans, and any other components."]
 
+    def gpu_oom(self, gpu: int) -> str:
+        """The exception line of a GPU out-of-memory on GPU ``gpu`` (2 GiB asked for, as the torch form)."""
+        if self.oom_stack == "hip":
+            return ("torch.OutOfMemoryError: HIP out of memory. Tried to allocate 2.00 GiB. GPU "
+                    f"{gpu} has a total capacity of 191.98 GiB of which 1.23 GiB is free. Of the allocated memory "
+                    "185.20 GiB is allocated by PyTorch, and 1.12 GiB is reserved by PyTorch but unallocated. If "
+                    "reserved but unallocated memory is large try setting PYTORCH_HIP_ALLOC_CONF=expandable_segments:"
+                    "True to avoid fragmentation.  See documentation for Memory Management  "
+                    "(https://pytorch.org/docs/stable/notes/cuda.html#environment-variables)")
+        if self.oom_stack == "xla":
+            return "jaxlib.xla_extension.XlaRuntimeError: RESOURCE_EXHAUSTED: Out of memory while trying to allocate 2147483648 bytes."
+        if self.oom_stack == "cublas":
+            return "RuntimeError: CUDA error: CUBLAS_STATUS_ALLOC_FAILED when calling `cublasCreate(handle)`"
+        if self.oom_stack == "vllm":
+            return ("ValueError: No available memory for the cache blocks. Try increasing `gpu_memory_utilization` "
+                    "when initializing the engine.")
+        if self.oom_old:   # PyTorch < 2.1 wording
+            return (f"RuntimeError: CUDA out of memory. Tried to allocate 2.00 GiB (GPU {gpu}; 79.10 GiB total "
+                    "capacity; 75.20 GiB already allocated; 1.23 GiB free; 76.32 GiB reserved in total by PyTorch)")
+        return ("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. "
+                f"GPU {gpu} has a total capacity of 79.10 GiB of which 1.23 GiB is free. Including non-PyTorch "
+                "memory, this process has 77.85 GiB memory in use. Of the allocated memory 75.20 GiB is allocated by "
+                "PyTorch, and 1.12 GiB is reserved by PyTorch but unallocated. If reserved but unallocated memory is "
+                "large try setting PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True to avoid fragmentation.  See "
+                "documentation for Memory Management  (https://pytorch.org/docs/stable/notes/cuda.html#environment-variables)")
 
-__all__ = ["OLD_CUDA_CODES", "Dialect"]
+
+__all__ = ["DIAG_CELL", "OLD_CUDA_CODES", "OOM_STACKS", "Dialect"]

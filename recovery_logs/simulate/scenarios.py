@@ -400,21 +400,10 @@ def user_exception(s: Script, f: Spec) -> Fault:
 
 
 def gpu_oom(s: Script, f: Spec) -> Fault:
-    """torch.OutOfMemoryError on one rank: a user problem, no node action."""
+    """A GPU out-of-memory on one rank (in the wording of the run's stack): a user problem, no node action."""
     rank = _rank(s, f.node, f.gpu)
     t = s.cluster.skew_ns[f.node] + f.t
-    if s.dialect.oom_old:   # PyTorch < 2.1 wording
-        end = _crash(s, f.t, rank, TRAIN_FRAMES, "RuntimeError: CUDA out of memory. Tried to allocate 2.00 GiB (GPU "
-                     f"{f.gpu}; 79.10 GiB total capacity; 75.20 GiB already allocated; 1.23 GiB free; 76.32 GiB "
-                     "reserved in total by PyTorch)")
-        return Fault(kind="gpu_oom", category="oom_gpu", culprit_node=f.node, culprit_gpu=f.gpu, node_fault=False,
-                     fault_t=t, decisive_t=t, actions=("none", "investigate"), job_end=end, progress_stop=f.t)
-    end = _crash(s, f.t, rank, TRAIN_FRAMES, "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. "
-                 f"GPU {f.gpu} has a total capacity of 79.10 GiB of which 1.23 GiB is free. Including non-PyTorch "
-                 "memory, this process has 77.85 GiB memory in use. Of the allocated memory 75.20 GiB is allocated by "
-                 "PyTorch, and 1.12 GiB is reserved by PyTorch but unallocated. If reserved but unallocated memory is "
-                 "large try setting PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True to avoid fragmentation.  See "
-                 "documentation for Memory Management  (https://pytorch.org/docs/stable/notes/cuda.html#environment-variables)")
+    end = _crash(s, f.t, rank, TRAIN_FRAMES, s.dialect.gpu_oom(f.gpu))
     return Fault(kind="gpu_oom", category="oom_gpu", culprit_node=f.node, culprit_gpu=f.gpu, node_fault=False,
                  fault_t=t, decisive_t=t, actions=("none", "investigate"), job_end=end, progress_stop=f.t)
 

@@ -119,9 +119,40 @@ def test_thermal_scenario_writes_its_wording(tmp_path):
         forms.add(form)
         text = _text(r.path)
         assert r.truth["category"] == "thermal_power" and r.truth["culprit_gpu"] is not None
+        table = bool(r.truth["wording_variants"].get("thermal_table")) and form != "smi"
         want = {"dcgm4": "Detected clocks event due to thermal violation in GPU ",
                 "dcgm3": "Detected clock throttling due to thermal violation in GPU ",
                 "smi": "            HW Thermal Slowdown           : Active"}[form]
+        if table:   # dcgmi diag's result table instead of the health-watch line
+            assert want not in text
+            want = f"| Warning                   | GPU {r.truth['culprit_gpu']} Thermal violations totaling "
         assert want in text
         assert text.count(want) >= 2        # the health check repeats while the GPU stays hot
     assert len(forms) >= 2
+
+
+def test_dcgmi_diag_table_wraps_the_thermal_warning():
+    rows = Dialect(thermal_table=True).thermal_report(3, "3b", smi_old=False)
+    assert rows[2] == "| Warning                   | GPU 3 Thermal violations totaling 15.0 seconds |"
+    assert all(len(r) == len(rows[0]) for r in rows)      # fixed-width cells, text cut mid-word
+    assert rows[-1].startswith("|                           | al interface, fans")
+    assert Dialect(thermal_table=True, thermal_form="smi").thermal_report(3, "3b", False)[0] == "GPU 00000000:3b:00.0"
+
+
+def test_gpu_oom_is_written_in_the_drawn_stack(tmp_path):
+    want = {"torch": "CUDA out of memory. Tried to allocate 2.00 GiB",   # either PyTorch wording (oom_old)
+            "hip": "torch.OutOfMemoryError: HIP out of memory. Tried to allocate 2.00 GiB. GPU ",
+            "xla": "XlaRuntimeError: RESOURCE_EXHAUSTED: Out of memory while trying to allocate 2147483648 bytes.",
+            "cublas": "CUBLAS_STATUS_ALLOC_FAILED when calling `cublasCreate(handle)`",
+            "vllm": "ValueError: No available memory for the cache blocks."}
+    assert Dialect(oom_stack="torch", oom_old=True).gpu_oom(3).startswith(
+        "RuntimeError: CUDA out of memory. Tried to allocate 2.00 GiB (GPU 3; ")
+    seen = set()
+    for seed in range(6):
+        r = simulate_one("gpu_oom", SimOptions(out=tmp_path / str(seed), seed=seed, **SMALL))
+        stack = r.truth["wording_variants"].get("oom_stack", "torch")
+        seen.add(stack)
+        text = _text(r.path)
+        assert want[stack] in text
+        assert all(want[other] not in text for other in want if other != stack)
+    assert len(seen) >= 2
