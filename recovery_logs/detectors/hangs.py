@@ -45,6 +45,16 @@ def _own_input(findings: pl.DataFrame) -> pl.DataFrame:
     return findings.filter(~pl.col("rule_id").fill_null("").str.starts_with("detector."))
 
 
+# the columns the detector reads: a filter copies every column it keeps, and on a fleet the findings are
+# hundreds of thousands of progress rows (the whole frame's copies were the replay's peak memory)
+_COLS = ("time", "seq", "rule_id", "job_id", "host", "step", "role", "category", "time_inferred")
+
+
+def _narrow(findings: pl.DataFrame, watermark_ns: int) -> pl.DataFrame:
+    """The detector's own input (rule findings up to the watermark), only the columns it reads."""
+    return _own_input(upto(findings.select(_COLS), watermark_ns))
+
+
 def progress_ticks(progress: pl.DataFrame) -> pl.DataFrame:
     """Progress findings -> one row per job tick: job_id, t (ns), step, host (of the first line)."""
     p = progress.with_columns(pl.col("time").dt.epoch("ns").alias("t"))
@@ -76,7 +86,8 @@ class HangDetector:
 
     def gaps(self, findings: pl.DataFrame, ctx: DetectContext) -> pl.DataFrame:
         """Every silence that qualifies as a hang up to the watermark (one row per gap)."""
-        f = _own_input(upto(findings, ctx.watermark_ns)).filter(pl.col("job_id").is_not_null())
+        own = _narrow(findings, ctx.watermark_ns)
+        f = own.filter(pl.col("job_id").is_not_null())
         prog = f.filter(pl.col("role") == "progress")
         ticks = progress_ticks(prog)
         self._log_quiet_jobs(f, ticks)
@@ -94,7 +105,7 @@ class HangDetector:
                      & (pl.col("next_t").is_null() | (pl.col("next_t") > pl.col("fire_t")))))
         if g.is_empty():
             return g
-        ends = self._ends(_own_input(upto(findings, ctx.watermark_ns)), prog)
+        ends = self._ends(own, prog)
         g = g.sort("t").join_asof(ends, left_on="t", right_on="end_t", by="job_id", strategy="forward",
                                   allow_exact_matches=False, check_sortedness=False)
         states = ctx.job_states or {}
@@ -109,8 +120,8 @@ class HangDetector:
         g = self.gaps(findings, ctx)
         if g.is_empty():
             return empty_findings()
-        prog = _own_input(upto(findings, ctx.watermark_ns)).filter(
-            (pl.col("role") == "progress") & pl.col("job_id").is_not_null())
+        own = _narrow(findings, ctx.watermark_ns)
+        prog = own.filter((pl.col("role") == "progress") & pl.col("job_id").is_not_null())
         rows = []
         for r in g.iter_rows(named=True):
             suspect = self._suspect_host(prog, r["job_id"], r["fire_t"])
@@ -130,15 +141,16 @@ class HangDetector:
                            "threshold_s": round(r["threshold_s"], 3), "median_interval_s": round(r["median_s"], 3),
                            "lead_over_watchdog_s": round(lead, 3), "suspect_host": suspect},
             })
-            rows += self._silent_host(findings, prog, r, ctx)
+            rows += self._silent_host(own, prog, r, ctx)
         return synthetic_findings(self.name, rows)
 
-    def _silent_host(self, findings: pl.DataFrame, prog: pl.DataFrame, gap: dict, ctx: DetectContext) -> list[dict]:
+    def _silent_host(self, own: pl.DataFrame, prog: pl.DataFrame, gap: dict, ctx: DetectContext) -> list[dict]:
         """After a flagged stall, the NCCL watchdogs of the healthy ranks fire; the one job host
         whose ranks stay silent is where the stall began. Decided ``watchdog_grace_s`` after the
-        first watchdog line (so the answer never changes once given)."""
+        first watchdog line (so the answer never changes once given). ``own``: the detector's input
+        up to the watermark (``_narrow``)."""
         job, t_last = gap["job_id"], gap["t"]
-        wd = (_own_input(upto(findings, ctx.watermark_ns))
+        wd = (own
               .filter((pl.col("job_id") == job) & (pl.col("category") == "nccl_timeout_hang")
                       & (pl.col("role") == "symptom") & (pl.col("time").dt.epoch("ns") > t_last))
               .with_columns(pl.col("time").dt.epoch("ns").alias("t")))

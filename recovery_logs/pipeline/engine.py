@@ -33,7 +33,7 @@ from recovery_logs.jobjoin import annotate, fill_jobs, tag_attempts
 from recovery_logs.pipeline.enrich import fill_gpu, nccl_addresses, subject_host
 from recovery_logs.records import Incident
 from recovery_logs.remediation.plan import RECORD_ONLY, plan
-from recovery_logs.schema import check_events, empty_findings, own_strings
+from recovery_logs.schema import PROGRESS_CATEGORY, check_events, empty_findings, own_strings
 from recovery_logs.windows import (
     counted_spans,
     counted_windows,
@@ -104,6 +104,21 @@ class EnginePart:
 
 
 LINE_SCORE_PARAMS = LineScoreParams()
+
+
+def _sorted_findings(chunks: list[pl.DataFrame]) -> pl.DataFrame:
+    """The chunks as one frame in (time, seq) order, the same rows as ``concat(chunks).sort(...)``,
+    gathered a column at a time and each unsorted column let go once gathered: the whole frame is
+    held twice only a column at a time (on a fleet hour, 170 MB of findings, nearly all progress
+    rows; the sort's two copies were the replay's peak). ``chunks`` is emptied."""
+    df = pl.concat(chunks) if len(chunks) > 1 else chunks[0]
+    chunks.clear()
+    order = df.select(pl.arg_sort_by(["time", "seq"], nulls_last=True)).to_series()
+    cols: list[pl.Series] = []
+    for name in df.columns:
+        cols.append(df.get_column(name).gather(order))
+        df = df.drop(name)
+    return pl.DataFrame(cols)
 
 
 def _merge_lines(a: LineStats | None, b: LineStats | None) -> LineStats | None:
@@ -248,7 +263,8 @@ class Engine:
             if not self._chunks:
                 self._findings_cache = empty_findings()
             else:
-                self._findings_cache = pl.concat(self._chunks).sort(["time", "seq"], nulls_last=True)
+                chunks, self._chunks = self._chunks, []
+                self._findings_cache = _sorted_findings(chunks)
                 self._chunks = [self._findings_cache]
         return self._findings_cache
 
@@ -394,9 +410,15 @@ class Engine:
         counts = {k: v + extra.get(k, 0) for k, v in inc.counts_by_rule.items()}
         return replace(inc, count=inc.count + sum(extra.values()), counts_by_rule=counts)
 
-    def all_findings(self) -> pl.DataFrame:
+    def all_findings(self, progress: bool = True) -> pl.DataFrame:
+        """Rule and detector findings in (time, seq) order. ``progress=False``: without the
+        ``progress`` category (what attribution reads): on a fleet those are nearly all the rows, and
+        concatenating and sorting them with the detector findings copied the whole frame."""
         det = self.detector_findings()
         f = self.findings
+        if not progress:
+            f = f.filter(pl.col("category") != PROGRESS_CATEGORY)
+            det = det.filter(pl.col("category") != PROGRESS_CATEGORY)
         if det.height == 0:
             return f
         return pl.concat([f, det]).sort(["time", "seq"], nulls_last=True)
@@ -408,7 +430,8 @@ class Engine:
     def ranked_incidents(self, decision: str = RECORD_ONLY) -> list[tuple[tuple[Any, ...], Incident]]:
         """``incidents()`` with each one's ranking key (``attribution.rank_key``, taken before the
         accounting annotation): results judged apart (``pipeline.scale``) merge into this order."""
-        f = fill_gpus(self.all_findings(), self.inventory)
+        # attribution leaves progress findings out (Attributor.incidents): they never reach an incident
+        f = fill_gpus(self.all_findings(progress=False), self.inventory)
         if self.allocations is not None and self.allocations.height:
             f = tag_attempts(fill_jobs(f, self.allocations, self.inventory), self.allocations)
         incs = self.attributor.incidents(f, self.spans, self.addr_hosts)
