@@ -25,7 +25,12 @@ import numpy as np
 import polars as pl
 
 from recovery_logs.detectors.base import DetectContext, synthetic_findings, upto
-from recovery_logs.detectors.features import PIPELINE_FEATURES, pipeline_features, window_ns
+from recovery_logs.detectors.features import (
+    FINDING_INPUT_COLS,
+    PIPELINE_FEATURES,
+    pipeline_features,
+    window_ns,
+)
 from recovery_logs.detectors.forest_np import NumpyForest
 from recovery_logs.detectors.modelio import load_artifact, read_attached, read_sidecar
 from recovery_logs.errors import ModelError
@@ -231,7 +236,7 @@ class AnomalyDetector:
         ``only_unexplained``: only windows in which no rule fired (what ``detect`` can report by
         default; each window is scored on its own, so the scores are the same)."""
         wn = window_ns(self.window)
-        f = upto(findings, watermark_ns)
+        f = upto(findings.select(FINDING_INPUT_COLS), watermark_ns)    # only what the features read
         w = windows
         if not w.is_empty() and "window_start" in w.columns:
             w = w.filter(pl.col("window_start").dt.epoch("ns") <= watermark_ns)

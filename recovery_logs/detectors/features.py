@@ -80,10 +80,15 @@ def _baseline_ratio(df: pl.DataFrame, col: str, out: str, k: int, log_diff: bool
     return df.with_columns(expr.fill_null(0.0 if log_diff else 1.0).fill_nan(0.0 if log_diff else 1.0).alias(out))
 
 
+# the findings columns finding_features reads (a caller filtering the findings first selects these:
+# a filter copies every column it keeps)
+FINDING_INPUT_COLS = ("time", "rule_id", "host", "job_id", "role", "category", "step_time_s")
+
+
 def finding_features(findings: pl.DataFrame, window: str | float = "60s", baseline_windows: int = 30) -> pl.DataFrame:
     """Per (host, job_id, window_start): the FINDING_FEATURES columns. Detector findings are ignored."""
     wn = window_ns(window)
-    f = findings.select("time", "rule_id", "host", "job_id", "role", "category", "step_time_s").filter(
+    f = findings.select(FINDING_INPUT_COLS).filter(
         pl.col("time").is_not_null() & ~pl.col("rule_id").fill_null("").str.starts_with("detector.")
     ).with_columns(_bucket(wn))
     rules = f.filter(pl.col("role") != "progress")
@@ -198,6 +203,6 @@ def _finish(df: pl.DataFrame, cols: list[str]) -> pl.DataFrame:
     return df.select(KEYS + cols).sort(KEYS, nulls_last=True)
 
 
-__all__ = ["ALL_FEATURES", "CATEGORY_FEATURES", "EVENT_FEATURES", "FINDING_FEATURES", "KEYS", "MODEL_FEATURES", "PIPELINE_FEATURES", "event_features",
+__all__ = ["ALL_FEATURES", "CATEGORY_FEATURES", "EVENT_FEATURES", "FINDING_FEATURES", "FINDING_INPUT_COLS", "KEYS", "MODEL_FEATURES", "PIPELINE_FEATURES", "event_features",
            "line_features", "pipeline_features",
            "finding_features", "window_features", "window_ns"]
