@@ -115,12 +115,31 @@ def winners(events: pl.DataFrame, pack: RulePack, prune_benign: bool = True) -> 
             pairs.append(m.select("_row", pl.lit(u, pl.UInt32).alias("_u"), "message"))
     if not pairs:
         return pl.DataFrame(schema=out_schema)
-    # Sorted by pattern so that consecutive rows reuse Polars' compiled-regex cache.
-    cand = (pl.concat(pairs).unique(["_row", "_u"]).sort("_u")
-            .join(unit_tab, on="_u", how="left", maintain_order="left")
-            .filter(pl.col("message").str.contains(pl.col("_pattern"))))
-    return (cand.sort(["_row", "_u"]).unique("_row", keep="first", maintain_order=True)
-            .select("_row", "_u", "_rule_id", "message"))
+    cand = pl.concat(pairs).unique(["_row", "_u"]).sort(["_row", "_u"])
+    return _first_matching(cand, unit_tab).select("_row", "_u", "_rule_id", "message")
+
+
+def _first_matching(cand: pl.DataFrame, unit_tab: pl.DataFrame) -> pl.DataFrame:
+    """Per row (``cand`` sorted by row, then unit) the first candidate unit whose pattern matches.
+
+    In rounds: each row's first untested candidate is tested; a row that matched is done, the others
+    go on with their next candidate. The same winners as testing every pair and keeping each row's
+    first match, with fewer regex runs: a progress line is a candidate of every pattern of its rule
+    (both ``progress.rank_step_time`` patterns carry the literal), and the first one wins it."""
+    won: list[pl.DataFrame] = []
+    rest = cand
+    while rest.height:
+        first = pl.col("_row").is_first_distinct()
+        # sorted by pattern so that consecutive rows reuse Polars' compiled-regex cache
+        head = (rest.filter(first).sort("_u").join(unit_tab, on="_u", how="left", maintain_order="left")
+                .with_columns(pl.col("message").str.contains(pl.col("_pattern")).alias("_ok")))
+        hit = head.filter(pl.col("_ok"))
+        won.append(hit.drop("_pattern", "_ok"))
+        rest = rest.filter(~first)
+        if hit.height and rest.height:
+            rest = rest.filter(~pl.col("_row").is_in(hit["_row"].implode()))
+    out = pl.concat(won) if won else unit_tab.clear().join(cand.clear(), on="_u").drop("_pattern")
+    return out.sort("_row")
 
 
 def _extract(sub: pl.DataFrame, rule: Rule, pattern: str) -> pl.DataFrame:
