@@ -29,54 +29,83 @@ import time
 from pathlib import Path
 
 CHILD = r"""
-import json, resource, sys, threading, time
-mode, out, compact = sys.argv[1], sys.argv[2], int(sys.argv[3])
-paths = sys.argv[4:]
-peak = [0]
+import hashlib, json, os, resource, sys, threading, time
+mode, out, compact, limit_mb, bin_mb = sys.argv[1], sys.argv[2], int(sys.argv[3]), float(sys.argv[4]), float(sys.argv[5])
+paths = sys.argv[6:]
+peak = {"total": 0, "driver": 0, "workers": 0, "worker_max": 0}
+cpu_seen = {}           # Ray process pid -> last sampled user + system CPU seconds (they end with the replay)
 def sample():
     import psutil
     me = psutil.Process()
     while True:
-        tot = me.memory_info().rss
-        for p in psutil.process_iter(["name", "cmdline"]):
-            try:
-                cmd = " ".join(p.info["cmdline"] or [])
-                if p.pid != me.pid and ("ray::" in cmd or "raylet" in cmd or "gcs_server" in cmd):
-                    tot += p.memory_info().rss
-            except Exception:
-                pass
-        peak[0] = max(peak[0], tot)
+        drv = me.memory_info().rss
+        wk, wmax = 0, 0
+        if mode not in ("one", "alloc"):
+            for p in psutil.process_iter(["cmdline"]):
+                try:
+                    cmd = " ".join(p.info["cmdline"] or [])
+                    if p.pid != me.pid and ("ray::" in cmd or "raylet" in cmd or "gcs_server" in cmd):
+                        r = p.memory_info().rss
+                        wk += r
+                        if "ray::" in cmd:
+                            wmax = max(wmax, r)
+                        ct = p.cpu_times()
+                        cpu_seen[p.pid] = ct.user + ct.system
+                except Exception:
+                    pass
+        peak["driver"] = max(peak["driver"], drv)
+        peak["workers"] = max(peak["workers"], wk)
+        peak["worker_max"] = max(peak["worker_max"], wmax)
+        peak["total"] = max(peak["total"], drv + wk)
+        if limit_mb and (drv + wk) / 2**20 > limit_mb:     # never take the shared machine down
+            print(json.dumps({"error": f"RSS {(drv + wk) / 2**20:.0f} MB above the limit {limit_mb:.0f} MB",
+                              "after_s": time.perf_counter() - t}), flush=True)
+            os._exit(3)
         time.sleep(0.2)
-if mode != "one":
-    threading.Thread(target=sample, daemon=True).start()
 t = time.perf_counter()
+threading.Thread(target=sample, daemon=True).start()
 from recovery_logs.config import EngineConfig
 from recovery_logs.pipeline.replay import ReplayOptions
 opts = ReplayOptions(config=EngineConfig(**({"progress_compact_rows": compact} if compact else {})))
 if mode == "one":
     from recovery_logs.pipeline.replay import replay
     r = replay(paths, opts)
+elif mode == "alloc":
+    from recovery_logs.pipeline.scale import replay_by_allocation
+    from recovery_logs.pipeline.scale import BIN_BYTES
+    r = replay_by_allocation(paths, opts, bin_bytes=int(bin_mb * 2**20) if bin_mb else BIN_BYTES)
 else:
-    from recovery_logs.pipeline.scale import replay_sharded
-    r = replay_sharded(paths, opts, workers=int(mode))
+    from recovery_logs.pipeline.scale import BIN_BYTES, replay_sharded
+    r = replay_sharded(paths, opts, workers=int(mode), bin_bytes=int(bin_mb * 2**20) if bin_mb else BIN_BYTES)
 el = time.perf_counter() - t
-open(out, "w").write(r.to_json())
+text = r.to_json()
+open(out, "w").write(text)
 ru = resource.getrusage(resource.RUSAGE_SELF)
+rc = resource.getrusage(resource.RUSAGE_CHILDREN)
 rss = ru.ru_maxrss * 1024
-print(json.dumps({"elapsed_s": el, "cpu_s": ru.ru_utime + ru.ru_stime, "lines": r.summary["lines"], "events": r.summary["events"],
-                  "incidents": r.summary["incidents"], "peak_rss_mb": max(rss, peak[0]) / 2**20,
+print(json.dumps({"elapsed_s": el, "cpu_s": ru.ru_utime + ru.ru_stime,
+                  "worker_cpu_s": sum(cpu_seen.values()) + rc.ru_utime + rc.ru_stime,
+                  "lines": r.summary["lines"], "events": r.summary["events"],
+                  "incidents": r.summary["incidents"], "peak_rss_mb": max(rss, peak["total"]) / 2**20,
+                  "driver_rss_mb": max(rss, peak["driver"]) / 2**20, "workers_rss_mb": peak["workers"] / 2**20,
+                  "worker_max_rss_mb": peak["worker_max"] / 2**20,
+                  "digest": hashlib.sha256(text.encode()).hexdigest(),
                   "stages": {k[6:]: v for k, v in r.engine.stats.items() if k.startswith("shard_")}}))
 """
 
 
-def run_child(mode: str, paths: list[str], out: Path, compact: int = 0) -> dict:
+def run_child(mode: str, paths: list[str], out: Path, compact: int = 0, limit_mb: float = 0,
+              bin_mb: float = 0) -> dict:
     env = {**os.environ, "POLARS_MAX_THREADS": os.environ.get("POLARS_MAX_THREADS", "2")}
-    p = subprocess.run([sys.executable, "-c", CHILD, mode, str(out), str(compact), *paths], capture_output=True,
-                       text=True,
-                       check=False, env=env)
+    p = subprocess.run([sys.executable, "-c", CHILD, mode, str(out), str(compact), str(limit_mb), str(bin_mb),
+                        *paths],
+                       capture_output=True, text=True, check=False, env=env)
+    last = (p.stdout.strip().splitlines() or [""])[-1]
+    if p.returncode == 3 and last.startswith("{"):
+        return json.loads(last)
     if p.returncode != 0:
         raise SystemExit(f"replay ({mode}) failed: {p.stderr[-3000:]}")
-    return json.loads(p.stdout.strip().splitlines()[-1])
+    return json.loads(last)
 
 
 def startup(repeat: int = 5, bytecode: bool = True) -> None:
@@ -119,21 +148,22 @@ SCENARIOS = ("xid79_cascade", "ib_link_down", "straggler_node", "xid48_row_remap
              "xid13_app", "healthy")
 
 
-def cluster_day(out: Path, jobs: int, nodes: int, duration: str) -> Path:
+def cluster_day(out: Path, jobs: int, nodes: int, duration: str, profile: str = "dense") -> Path:
     """``jobs`` simulated jobs of ``nodes`` nodes as one cluster's logs (module docstring)."""
     import shutil
 
     from recovery_logs.simulate import SimOptions, simulate
     from recovery_logs.timeutil import parse_duration_s
 
-    day = out / f"day-{jobs}x{nodes}-{duration}"
+    tag = "" if profile == "dense" else f"-{profile}"
+    day = out / f"day-{jobs}x{nodes}-{duration}{tag}"
     if (day / "nodes" / "slurmctl01" / "slurmctld.log").exists():
         return day
-    raw = out / f"raw-{jobs}x{nodes}-{duration}"
+    raw = out / f"raw-{jobs}x{nodes}-{duration}{tag}"
     names = [SCENARIOS[k % len(SCENARIOS)] for k in range(jobs)]
     t = time.perf_counter()
     res = simulate(SimOptions(out=raw, scenario=",".join(dict.fromkeys(names)), nodes=nodes,
-                              duration_s=parse_duration_s(duration)))
+                              duration_s=parse_duration_s(duration), log_profile=profile))
     ctl: list[bytes] = []
     for k, name in enumerate(names):
         letter = "abcdefghijklmnopqrstuvwxyz"[k]
@@ -165,6 +195,17 @@ def main(argv: list[str] | None = None) -> int:
                     help="both runs hold every progress row (the engine's progress compaction materialises "
                          "detector findings from what was read so far, so a one-process result depends on "
                          "the reading schedule once it compacts: see docs/SCALE.md)")
+    ap.add_argument("--log-profile", default="dense", choices=("dense", "fleet"),
+                    help="the simulator's logging profile (simulate --log-profile): fleet is ~700 lines per "
+                         "node-hour, the ~17 M lines of a 1,024-node day")
+    ap.add_argument("--single", nargs="*", default=["one"], choices=("one", "alloc"),
+                    help="the one-process runs: one (replay) and/or alloc (replay --by-allocation: one "
+                         "allocation after another, bounded memory); default: one")
+    ap.add_argument("--bin-mb", type=float, default=0.0,
+                    help="by allocation: at most this much input per bin (default: pipeline.scale.BIN_BYTES, "
+                         "128 MiB); at 1/8 scale, 1/8 of it gives the full day's bins")
+    ap.add_argument("--rss-limit-gb", type=float, default=0.0,
+                    help="stop a run whose RSS (driver + Ray) passes this (0: no limit)")
     ap.add_argument("--work", type=Path, default=Path("bench-out/fleet"))
     ap.add_argument("--startup", action="store_true", help="only the start-up measurements")
     a = ap.parse_args(argv)
@@ -178,32 +219,48 @@ def main(argv: list[str] | None = None) -> int:
     from recovery_logs.timeutil import parse_duration_s
 
     if a.jobs:
-        src = cluster_day(a.work, a.jobs, a.nodes // a.jobs, a.duration)
+        src = cluster_day(a.work, a.jobs, a.nodes // a.jobs, a.duration, a.log_profile)
     else:
-        d = a.work / f"n{a.nodes}-{a.duration}"
+        d = a.work / (f"n{a.nodes}-{a.duration}" + ("" if a.log_profile == "dense" else f"-{a.log_profile}"))
         src = d / a.scenario
         if not (src / "truth.json").exists():
             t = time.perf_counter()
-            res = simulate(SimOptions(out=d, scenario=a.scenario, nodes=a.nodes, duration_s=parse_duration_s(a.duration)))
+            res = simulate(SimOptions(out=d, scenario=a.scenario, nodes=a.nodes, duration_s=parse_duration_s(a.duration),
+                                      log_profile=a.log_profile))
             print(f"simulated {res[0].lines:,} lines in {time.perf_counter() - t:.0f} s -> {src}")
     paths = [str(src)]
     nbytes = sum(f.stat().st_size for f in src.rglob("*") if f.is_file())
     compact = 10**12 if a.no_compaction else 0
-    one = run_child("one", paths, a.work / "one.json", compact)
-    print(f"{a.nodes} nodes x {a.duration}: {one['lines']:,} lines, {nbytes / 1e6:.0f} MB")
-    print(f"  one process : {one['elapsed_s']:7.1f} s  {one['lines'] / one['elapsed_s']:>10,.0f} lines/s  "
-          f"peak RSS {one['peak_rss_mb']:6.0f} MB  incidents {one['incidents']}; CPU {one['cpu_s']:.1f} s "
-          f"({one['lines'] / one['cpu_s']:,.0f} lines per CPU-second); load {os.getloadavg()[0]:.1f}")
-    if a.workers:
-        many = run_child(str(a.workers), paths, a.work / "many.json", compact)
-        same = (a.work / "one.json").read_text() == (a.work / "many.json").read_text()
-        print(f"  --workers {a.workers}: {many['elapsed_s']:7.1f} s  {many['lines'] / many['elapsed_s']:>10,.0f} lines/s  "
-              f"peak RSS {many['peak_rss_mb']:6.0f} MB (driver + Ray)  incidents {many['incidents']}")
-        print(f"  speed-up {one['elapsed_s'] / many['elapsed_s']:.2f}x; results identical: {same}")
-        st = many["stages"]
-        print("  where the sharded run's time went: " + ", ".join(
-            f"{k.removesuffix('_ms').replace('_', ' ')} {v / 1000:.1f} s" for k, v in st.items() if k.endswith("_ms"))
-            + f"; bins {st.get('bins', '-')}, merged groups {st.get('merges', 0)}")
+    limit = a.rss_limit_gb * 1024
+    print(f"{a.nodes} nodes x {a.duration} ({a.log_profile} profile): {nbytes / 1e6:.0f} MB; load average "
+          f"{' / '.join(f'{x:.1f}' for x in os.getloadavg())} (1/5/15 min) at the start", flush=True)
+    runs: dict[str, dict] = {}
+    for mode in [*a.single, *([str(a.workers)] if a.workers else [])]:
+        r = run_child(mode, paths, a.work / f"{mode}.json", compact, limit, a.bin_mb)
+        label = {"one": "one process", "alloc": "one process, by allocation"}.get(mode, f"--workers {mode}")
+        if "error" in r:
+            print(f"  {label:<27}: stopped after {r['after_s']:.0f} s: {r['error']}", flush=True)
+            continue
+        runs[mode] = r
+        cpu = r["cpu_s"] + r["worker_cpu_s"]
+        mem = (f"peak RSS {r['peak_rss_mb']:6.0f} MB" if mode in ("one", "alloc") else
+               f"peak RSS {r['peak_rss_mb']:6.0f} MB (driver {r['driver_rss_mb']:.0f} MB, Ray processes "
+               f"{r['workers_rss_mb']:.0f} MB, largest worker {r['worker_max_rss_mb']:.0f} MB)")
+        print(f"  {label:<27}: {r['elapsed_s']:7.1f} s wall  {r['lines'] / r['elapsed_s']:>9,.0f} lines/s  CPU "
+              f"{cpu:.1f} s ({r['lines'] / cpu:,.0f} lines per CPU-second)  {mem}  incidents {r['incidents']}  "
+              f"sha256 {r['digest'][:16]}; load {os.getloadavg()[0]:.1f}", flush=True)
+        st = r["stages"]
+        if st:
+            print("    where its time went: " + ", ".join(
+                f"{k.removesuffix('_ms').replace('_', ' ')} {v / 1000:.1f} s" for k, v in st.items() if k.endswith("_ms"))
+                + f"; bins {st.get('bins', '-')}, merged groups {st.get('merges', 0)}", flush=True)
+    if len(runs) > 1:
+        first = next(iter(runs))
+        base = runs[first]
+        print(f"  lines {base['lines']:,}; results identical (JSON sha256): "
+              f"{len({r['digest'] for r in runs.values()}) == 1}", flush=True)
+        for mode, r in list(runs.items())[1:]:
+            print(f"  {mode} vs {first}: {base['elapsed_s'] / r['elapsed_s']:.2f}x wall", flush=True)
     return 0
 
 

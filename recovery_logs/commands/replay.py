@@ -109,6 +109,9 @@ def register(app: typer.Typer) -> None:
         workers: Annotated[int | None, typer.Option("--workers", help="judge on N local Ray workers, sharded by "
                                                     "Slurm allocation (pip install 'recovery-logs[scale]'); same result")] = None,
         ray_address: Annotated[str | None, typer.Option("--ray-address", help="use an existing Ray cluster")] = None,
+        by_allocation: Annotated[bool, typer.Option(
+            "--by-allocation", help="one process, no Ray: one Slurm allocation's files after another, in memory "
+            "bounded by the largest allocation instead of by the input (a fleet's day); same result")] = False,
         vl_user: Annotated[str | None, typer.Option("--vl-user", help="VictoriaLogs basic-auth user")] = None,
         vl_password_file: Annotated[str | None, typer.Option("--vl-password-file", help="file holding the password")] = None,
         vl_password_env: Annotated[str | None, typer.Option("--vl-password-env", help="env var holding the password")] = None,
@@ -179,7 +182,14 @@ def register(app: typer.Typer) -> None:
         on = wanted(progress)
         with ProgressBar(on, "replay", total=input_size(names) if on and names else None) as bar:
             ropts = ReplayOptions(read=opts, config=cfg, out_dir=out, progress=bar.stats, accounting=accounting)
-            if workers is not None or ray_address is not None:
+            if by_allocation:
+                if from_source or workers is not None or ray_address is not None:
+                    raise ConfigError("--by-allocation reads files in this process: not with --source, --workers "
+                                      "or --ray-address")
+                from recovery_logs.pipeline.scale import replay_by_allocation
+
+                res = replay_by_allocation(names, ropts)
+            elif workers is not None or ray_address is not None:
                 if from_source:
                     raise ConfigError("--workers/--ray-address read files; --source is read in one process")
                 from recovery_logs.pipeline.scale import replay_sharded

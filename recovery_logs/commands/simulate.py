@@ -19,6 +19,9 @@ def register(app: typer.Typer) -> None:
         gpus_per_node: Annotated[int, typer.Option("--gpus-per-node", help="GPUs (ranks) per node")] = 8,
         duration: Annotated[str, typer.Option("--duration", help="simulated time, e.g. 30m, 2h, 24h")] = "2h",
         fmt: Annotated[str, typer.Option("--format", help="text | vl-jsonl | both")] = "text",
+        log_profile: Annotated[str, typer.Option("--log-profile", help="dense (every rank logs every ~4 s) | fleet "
+                                                                       "(iteration line from one rank, per-rank "
+                                                                       "timings every ~30 s: ~700 lines per node-hour)")] = "dense",
         to: Annotated[str | None, typer.Option("--to", help="also push to victorialogs://HOST:PORT")] = None,
         list_only: Annotated[bool, typer.Option("--list", help="list scenario names and exit")] = False,
         progress: Annotated[bool | None, typer.Option("--progress/--no-progress",
@@ -44,7 +47,7 @@ def register(app: typer.Typer) -> None:
         except ValueError as exc:
             raise ConfigError("simulate: --duration is not a duration (e.g. 90s, 30m, 2h)", value=duration) from exc
         opts = SimOptions(out=out, scenario=scenario, seed=seed, nodes=nodes, gpus_per_node=gpus_per_node,
-                          duration_s=duration_s, format=fmt, to=to)
+                          duration_s=duration_s, format=fmt, to=to, log_profile=log_profile)
 
         from recovery_logs.commands._progress import ProgressBar, wanted
         from recovery_logs.simulate.generate import resolve_scenarios

@@ -335,6 +335,20 @@ class Engine:
         self.stats["compacted"] += dropped
         return dropped
 
+    def spill_findings(self, path: Path) -> None:
+        """Write the rule findings held to ``path`` (Arrow IPC, lz4) and let go of them, until
+        :meth:`load_findings`: a replay by allocation holds every bin's state between reading and
+        judging but only one bin's findings in memory at a time (``pipeline.scale``). Nothing else
+        may be fed in between."""
+        self.findings.write_ipc(path, compression="lz4")
+        self._chunks = []
+        self._findings_cache = None
+
+    def load_findings(self, path: Path) -> None:
+        """The findings :meth:`spill_findings` wrote, held again (same rows, same order)."""
+        self._chunks = [pl.read_ipc(path)]
+        self._findings_cache = None
+
     @property
     def progress_rows(self) -> int:
         """Progress findings held."""

@@ -52,6 +52,8 @@ the input paths visible). Without Ray, ``replay`` runs in one process as always.
 from __future__ import annotations
 
 import os
+import shutil
+import tempfile
 import time
 from collections import Counter
 from collections.abc import Sequence
@@ -89,7 +91,7 @@ from recovery_logs.sources.archive import is_archive
 from recovery_logs.sources.files import ReadOptions, expand_paths, iter_batches
 from recovery_logs.windows import empty_spans, empty_windows, merge_spans, merge_windows
 
-__all__ = ["BinWorker", "plan_shards", "replay_part", "replay_sharded"]
+__all__ = ["BIN_BYTES", "BinHost", "BinWorker", "plan_shards", "replay_by_allocation", "replay_part", "replay_sharded"]
 
 
 def plan_shards(paths: Sequence[str | Path], n: int) -> tuple[list[list[str]], int]:
@@ -163,6 +165,10 @@ def _ray(workers: int | None, address: str | None) -> Any:
 # -- by allocation ---------------------------------------------------------------------------------
 SEQ_SHIFT = 32           # seq = (file's place in the global reading order) << 32 | place in the bin's reading
 GIANT_SHARE = 0.75       # one bin with more than this share of the bytes: read in parallel, judge on the driver
+# At most this much input per bin (unless one allocation is larger): a bin's engine holds ~13x its
+# input bytes of state (fleet profile, no compaction: 2.06 M lines, 225 MB -> 2.98 GB), and a
+# host holds one bin's findings in memory at a time (``BinHost``)
+BIN_BYTES = 128 << 20
 
 
 @dataclass
@@ -190,6 +196,12 @@ class BinWorker:
         self.keys = BinKeys()
         self.shared_hosts: set[str] = set()
         self.addresses: dict[str, tuple[int, str]] = {}
+        self.spilled: Path | None = None
+
+    def spill(self, path: Path) -> None:
+        """Let go of the rule findings until ``judge`` (they wait in ``path``)."""
+        self.eng.spill_findings(path)
+        self.spilled = path
 
     def _feed(self, ev: pl.DataFrame, side: str) -> None:
         eng, sd = self.eng, self.sides[side]
@@ -239,6 +251,10 @@ class BinWorker:
     def judge(self, watermark_ns: int | None, addresses: dict[str, tuple[int, str]],
               allocations: pl.DataFrame | None) -> dict[str, Any]:
         eng = self.eng
+        if self.spilled is not None:
+            eng.load_findings(self.spilled)
+            self.spilled.unlink()
+            self.spilled = None
         eng.absorb(EnginePart(empty_findings(), empty_windows(), empty_spans(), addresses, None, 0))
         if watermark_ns is not None:
             eng.advance(watermark_ns)
@@ -256,10 +272,93 @@ class BinWorker:
         return out
 
 
+class BinHost:
+    """One Ray actor per CPU (or, without Ray, this process): reads and judges the bins the driver
+    gives it, one call at a time. The driver needs every bin read before it judges any (the
+    watermark and the address bindings are the whole input's), so a host that holds more than one
+    bin keeps each bin's rule findings — almost all of a bin's state — on its own disk between the
+    two steps and holds one bin's findings in memory at a time: a fleet's day in memory bounded by
+    the largest bin, not by the input."""
+
+    def __init__(self) -> None:
+        self.bins: dict[int, BinWorker] = {}
+        self.dir: Path | None = None
+
+    def read(self, bid: int, spill: bool, own: list[str], shared: list[str], ranks: dict[str, int],
+             read: ReadOptions, config: Any, cap: int) -> dict[str, Any]:
+        w = BinWorker(own, shared, ranks, read, config, cap)
+        info = w.read()
+        if spill:
+            if self.dir is None:
+                self.dir = Path(tempfile.mkdtemp(prefix="recovery-logs-bins-"))
+            w.spill(self.dir / f"bin-{bid}.arrow")
+        self.bins[bid] = w
+        return info
+
+    def judge(self, bid: int, watermark_ns: int | None, addresses: dict[str, tuple[int, str]],
+              allocations: pl.DataFrame | None) -> dict[str, Any]:
+        """The bin's judged result; the host lets go of the bin (a bin merged later is read again)."""
+        return self.bins.pop(bid).judge(watermark_ns, addresses, allocations)
+
+    def drop(self, bid: int) -> None:
+        w = self.bins.pop(bid, None)
+        if w is not None and w.spilled is not None:
+            w.spilled.unlink(missing_ok=True)
+
+    def close(self) -> None:
+        self.bins.clear()
+        if self.dir is not None:
+            shutil.rmtree(self.dir, ignore_errors=True)
+            self.dir = None
+
+
+class _LocalCall:
+    def __init__(self, fn: Any) -> None:
+        self.remote = fn
+
+
+class _LocalHandle:
+    def __init__(self, obj: Any) -> None:
+        self._obj = obj
+
+    def __getattr__(self, name: str) -> _LocalCall:
+        return _LocalCall(getattr(self._obj, name))
+
+
+class _LocalActor:
+    def __init__(self, cls: Any) -> None:
+        self.cls = cls
+
+    def remote(self, *args: Any) -> _LocalHandle:
+        return _LocalHandle(self.cls(*args))
+
+
+class _LocalRay:
+    """The few Ray calls the replay by allocation makes, run in this process, one after another
+    (``replay_by_allocation``): the same driver, with one host."""
+
+    @staticmethod
+    def remote(**_: Any) -> Any:
+        return _LocalActor
+
+    @staticmethod
+    def put(x: Any) -> Any:
+        return x
+
+    @staticmethod
+    def get(x: Any) -> Any:
+        return x
+
+    @staticmethod
+    def kill(_: Any) -> None:
+        return None
+
+
 @dataclass
 class _Bin:
     files: list[int]
-    actor: Any = None
+    bid: int = -1
+    host: int | None = None
     info: dict[str, Any] | None = None
     judged: dict[str, Any] | None = None
 
@@ -309,15 +408,38 @@ def _owned_findings(det: pl.DataFrame, owners: dict[str, int], b: int) -> pl.Dat
     return det.filter(owner == b)
 
 
-def _start(ray: Any, bins: list[_Bin], plan: AllocationPlan, read: ReadOptions, opts: ReplayOptions,
+class _Hosts:
+    """The driver's view of the hosts: which bin is on which, and what each was given."""
+
+    def __init__(self, ray: Any, n: int) -> None:
+        self.ray = ray
+        self.actors = [ray.remote(num_cpus=1)(BinHost).remote() for _ in range(n)]
+        self.load = [0] * n
+        self.next_bid = 0
+
+    def close(self) -> None:
+        try:
+            self.ray.get([a.close.remote() for a in self.actors])
+        finally:
+            for a in self.actors:
+                self.ray.kill(a)
+
+
+def _start(hosts: _Hosts, bins: list[_Bin], plan: AllocationPlan, read: ReadOptions, opts: ReplayOptions,
            cfg_ref: Any, ranks: dict[str, int]) -> None:
-    actor = ray.remote(num_cpus=1)(BinWorker)
+    """Read the bins not read yet, each on the host with the fewest bytes given so far (largest first)."""
     todo = [bn for bn in bins if bn.info is None]
     shared = [plan.files[i] for i in plan.shared]
-    for bn in todo:
-        bn.actor = actor.remote([plan.files[i] for i in bn.files], shared, ranks, read, cfg_ref, opts.quarantine_cap)
-    refs = [bn.actor.read.remote() for bn in todo]
-    for bn, info in zip(todo, ray.get(refs), strict=True):
+    spill = len(bins) > len(hosts.actors)
+    refs = []
+    for bn in sorted(todo, key=lambda b: -sum(plan.sizes[i] for i in b.files)):
+        h = min(range(len(hosts.actors)), key=lambda j: (hosts.load[j], j))
+        bn.bid, bn.host = hosts.next_bid, h
+        hosts.next_bid += 1
+        hosts.load[h] += sum(plan.sizes[i] for i in bn.files)
+        refs.append((bn, hosts.actors[h].read.remote(bn.bid, spill, [plan.files[i] for i in bn.files], shared,
+                                                     ranks, read, cfg_ref, opts.quarantine_cap)))
+    for bn, info in zip([b for b, _ in refs], hosts.ray.get([r for _, r in refs]), strict=True):
         bn.info = info
     if opts.progress is not None:   # what the bins read so far (the controller log once)
         total: Counter[str] = Counter()
@@ -327,34 +449,38 @@ def _start(ray: Any, bins: list[_Bin], plan: AllocationPlan, read: ReadOptions, 
         opts.progress(total)
 
 
-def _merge(ray: Any, bins: list[_Bin], groups: list[set[int]]) -> list[_Bin]:
-    """Bins after merging each group into one (to be read and judged again); their actors released."""
+def _merge(hosts: _Hosts, bins: list[_Bin], groups: list[set[int]]) -> list[_Bin]:
+    """Bins after merging each group into one (to be read and judged again); the hosts let go of them."""
     out: list[_Bin] = []
     lead = {min(g): g for g in groups}
     gone = {b for g in groups for b in g}
+    drops = []
     for b, bn in enumerate(bins):
         if b in lead:
             for m in lead[b]:
-                if bins[m].actor is not None:
-                    ray.kill(bins[m].actor)
+                old = bins[m]
+                if old.host is not None and old.judged is None:
+                    drops.append(hosts.actors[old.host].drop.remote(old.bid))
             out.append(_Bin(sorted(i for m in lead[b] for i in bins[m].files)))
         elif b not in gone:
             out.append(bn)
+    hosts.ray.get(drops)
     return out
 
 
-def _replay_by_allocation(ray: Any, plan: AllocationPlan, paths: Sequence[str | Path], opts: ReplayOptions,
-                          read: ReadOptions, allocations: pl.DataFrame | None, t0: float,
+def _replay_by_allocation(ray: Any, hosts_n: int, plan: AllocationPlan, paths: Sequence[str | Path],
+                          opts: ReplayOptions, read: ReadOptions, allocations: pl.DataFrame | None, t0: float,
                           timings: dict[str, float]) -> ReplayResult:
     ranks = {f: i for i, f in enumerate(plan.files)}
     cfg_ref = ray.put(opts.config)
     bins = [_Bin(b) for b in plan.bins]
     merges = 0
     ctx: tuple[int | None, int | None, dict[str, tuple[int, str]]] | None = None
+    hosts = _Hosts(ray, max(1, min(hosts_n, len(bins))))
     try:
         while True:
             t = time.perf_counter()
-            _start(ray, bins, plan, read, opts, cfg_ref, ranks)
+            _start(hosts, bins, plan, read, opts, cfg_ref, ranks)
             timings["read"] = timings.get("read", 0.0) + time.perf_counter() - t
             infos = [bn.info for bn in bins if bn.info is not None]
             if ctx is None:           # every file is in exactly one bin: the whole input's clock and addresses
@@ -372,24 +498,25 @@ def _replay_by_allocation(ray: Any, plan: AllocationPlan, paths: Sequence[str | 
             shared_hosts = set().union(*(i["shared_hosts"] for i in infos))
             groups = conflicts([i["keys"] for i in infos], allocations, shared_hosts)
             if groups:
-                bins, merges = _merge(ray, bins, groups), merges + len(groups)
+                bins, merges = _merge(hosts, bins, groups), merges + len(groups)
                 continue
             todo = [bn for bn in bins if bn.judged is None]
             t = time.perf_counter()
-            for bn, res in zip(todo, ray.get([bn.actor.judge.remote(ctx[0], ctx[2], allocations) for bn in todo]),
-                               strict=True):
+            refs = []
+            for bn in todo:
+                assert bn.host is not None
+                refs.append(hosts.actors[bn.host].judge.remote(bn.bid, ctx[0], ctx[2], allocations))
+            for bn, res in zip(todo, ray.get(refs), strict=True):
                 bn.judged = res
             timings["judge"] = timings.get("judge", 0.0) + time.perf_counter() - t
             owners = owners_map([i["keys"] for i in infos], allocations)
             taken, groups = _incident_conflicts(bins, owners)
             if groups:
-                bins, merges = _merge(ray, bins, groups), merges + len(groups)
+                bins, merges = _merge(hosts, bins, groups), merges + len(groups)
                 continue
             break
     finally:
-        for bn in bins:
-            if bn.actor is not None:
-                ray.kill(bn.actor)
+        hosts.close()
     assert ctx is not None
     t = time.perf_counter()
     res = _assemble(bins, owners, taken, ctx, plan, paths, opts, allocations, merges, t0)
@@ -452,9 +579,11 @@ def _assemble(bins: list[_Bin], owners: dict[str, int], taken: list[tuple[Any, I
 
 def replay_sharded(paths: Sequence[str | Path], options: ReplayOptions | None = None, *,
                    workers: int | None = None, address: str | None = None,
-                   mode: str = "auto") -> ReplayResult:
+                   mode: str = "auto", bin_bytes: int | None = BIN_BYTES) -> ReplayResult:
     """``replay`` on Ray; identical result (module docstring). ``mode``: ``auto`` (by allocation where
-    the plan spreads the work and no report files are asked for), ``allocation`` or ``read``."""
+    the plan spreads the work and no report files are asked for), ``allocation`` or ``read``.
+    ``bin_bytes``: by allocation, at most this much input per bin (an allocation is never cut), so
+    more bins than workers where the input is large (``BinHost``); None: one bin per worker."""
     opts = resolve_line_scores(options or ReplayOptions())
     if workers is None and address is None:
         raise ConfigError("replay_sharded: give workers or a Ray address")
@@ -474,14 +603,36 @@ def replay_sharded(paths: Sequence[str | Path], options: ReplayOptions | None = 
         acc = opts.accounting
         allocations = (acc if isinstance(acc, pl.DataFrame) else
                        None if acc is None or str(acc) == "sacct" else load_accounting(acc))
-        plan = plan_allocations(paths, cpus, read, allocations)
+        plan = plan_allocations(paths, cpus, read, allocations, bin_bytes=bin_bytes)
         sizes = plan.bin_bytes()
         if mode == "allocation" or (len(plan.bins) > 1 and max(sizes) <= GIANT_SHARE * sum(sizes)):
-            return _replay_by_allocation(ray, plan, paths, opts, read, allocations, t0, timings)
+            return _replay_by_allocation(ray, cpus, plan, paths, opts, read, allocations, t0, timings)
     elif mode == "allocation":
         raise ConfigError("replay by allocation writes no report files and scores no lines (template rarity "
                           "is over the whole site): leave out --out and --line-scores, or use mode read")
     return _replay_read_parallel(ray, paths, opts, read, 2 * cpus, t0, timings)
+
+
+def replay_by_allocation(paths: Sequence[str | Path], options: ReplayOptions | None = None, *,
+                         bin_bytes: int | None = BIN_BYTES) -> ReplayResult:
+    """``replay`` in this process, without Ray, one allocation bin after another (``replay
+    --by-allocation``): the driver of the replay by allocation with one host, so the same result
+    as ``replay`` (and as ``replay_sharded``), in memory bounded by the largest bin (``bin_bytes``
+    of input per bin, an allocation never cut) instead of by the input. No report files, no line
+    scores (they need every progress finding, every line, in one engine)."""
+    opts = resolve_line_scores(options or ReplayOptions())
+    if opts.out_dir is not None or opts.config.line_scores:
+        raise ConfigError("replay by allocation writes no report files and scores no lines (template rarity "
+                          "is over the whole site): leave out --out and --line-scores")
+    if any(is_archive(p) for p in paths):
+        raise ConfigError("an archive is replayed in one process (its days are read in order)")
+    t0 = time.perf_counter()
+    read = opts.read or ReadOptions()
+    acc = opts.accounting
+    allocations = (acc if isinstance(acc, pl.DataFrame) else
+                   None if acc is None or str(acc) == "sacct" else load_accounting(acc))
+    plan = plan_allocations(paths, 1, read, allocations, bin_bytes=bin_bytes)
+    return _replay_by_allocation(_LocalRay(), 1, plan, paths, opts, read, allocations, t0, {})
 
 
 def _timed(res: ReplayResult, timings: dict[str, float]) -> ReplayResult:

@@ -19,6 +19,7 @@ touched and merges bins that met (:func:`conflicts`) before it trusts a result.
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -96,8 +97,10 @@ def _allocation_pairs(allocations: pl.DataFrame | None) -> Iterable[tuple[str, s
 
 
 def plan_allocations(paths: Sequence[str | Path], n: int, read: ReadOptions | None = None,
-                     allocations: pl.DataFrame | None = None) -> AllocationPlan:
-    """Up to ``n`` bins of whole components (module docstring); bins with no files are dropped."""
+                     allocations: pl.DataFrame | None = None, bin_bytes: int | None = None) -> AllocationPlan:
+    """Up to ``n`` bins of whole components (module docstring); bins with no files are dropped.
+    ``bin_bytes``: more bins where the input is larger than ``n`` of that size (so no bin holds
+    more, unless one component does)."""
     ro = read or ReadOptions()
     found, skipped = expand_paths(paths)
     files = [str(f) for f in found]
@@ -129,6 +132,8 @@ def plan_allocations(paths: Sequence[str | Path], n: int, read: ReadOptions | No
             comps.setdefault(uf.find(fk), []).append(i)
     groups = sorted(comps.values(), key=lambda g: (-sum(sizes[i] for i in g), g[0]))
     n = max(1, n)
+    if bin_bytes:
+        n = max(n, min(len(groups), math.ceil(sum(sizes) / bin_bytes)))
     bins: list[list[int]] = [[] for _ in range(n)]
     load = [0] * n
     for g in groups:

@@ -11,6 +11,7 @@ Public API::
 
 from recovery_logs.simulate.generate import (
     FORMATS,
+    LOG_PROFILES,
     TRUTH_FILE,
     SimOptions,
     SimResult,
@@ -20,5 +21,5 @@ from recovery_logs.simulate.generate import (
     simulate_one,
 )
 
-__all__ = ["FORMATS", "TRUTH_FILE", "SimOptions", "SimResult", "resolve_scenarios", "scenario_names", "simulate",
+__all__ = ["FORMATS", "LOG_PROFILES", "TRUTH_FILE", "SimOptions", "SimResult", "resolve_scenarios", "scenario_names", "simulate",
            "simulate_one"]
