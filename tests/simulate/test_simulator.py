@@ -161,6 +161,7 @@ def test_combined_faults_have_distinct_culprits(tmp_path: Path) -> None:
     ({"scenario": "healthy", "format": "xml"}, "unknown format"),
     ({"scenario": "silent_hang", "duration_s": 600.0}, "duration too short"),
     ({"scenario": "healthy", "gpus_per_node": 0}, "gpus-per-node"),
+    ({"scenario": "healthy", "log_profile": "chatty"}, "unknown log profile"),
 ])
 def test_bad_options_are_config_errors(tmp_path: Path, kwargs: dict, needle: str) -> None:
     base = {"nodes": 2, "gpus_per_node": 2, "duration_s": 1200.0}
@@ -217,3 +218,28 @@ def test_push_to_victorialogs_stores_every_row(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="VictoriaLogs URL"):
         simulate(SimOptions(out=tmp_path / "x", scenario="healthy", nodes=2, gpus_per_node=1, duration_s=600.0,
                             to="localhost:9428"))
+
+
+def test_fleet_log_profile_writes_a_production_run_s_volume_and_the_straggler_still_shows(tmp_path: Path) -> None:
+    """``--log-profile fleet``: each rank's timing line ~every 30 s instead of ~4 s, the iteration
+    line and timing report from one rank as before: ~7x fewer per-rank lines, and the
+    slow node is still the replay's straggler culprit (per-rank medians per 60 s window)."""
+    from recovery_logs.pipeline.replay import replay
+
+    opts = {"seed": 2, "nodes": 8, "gpus_per_node": 4, "duration_s": 2400.0}
+    dense = simulate_one("straggler_node", SimOptions(out=tmp_path / "dense", **opts))
+    fleet = simulate_one("straggler_node", SimOptions(out=tmp_path / "fleet", log_profile="fleet", **opts))
+    assert fleet.truth["generated"]["log_profile"] == "fleet" and "log_profile" not in dense.truth["generated"]
+    every_s = fleet.truth["generated"]["rank_log_every"] * fleet.truth["generated"]["seconds_per_iteration"]
+    assert 27 <= every_s <= 33
+    def steps(r) -> int:     # rank 0's own timing lines
+        text = (r.path / f"job-{r.truth['job_id']}" / "gpu-n01.out").read_text(errors="replace")
+        return sum("] [rank0] step " in ln for ln in text.splitlines())
+
+    assert 55 <= steps(fleet) <= 82               # ~2400 s / 30 s, the job slowed by its straggler
+    assert steps(dense) / steps(fleet) == pytest.approx(fleet.truth["generated"]["rank_log_every"]
+                                                        / dense.truth["generated"]["rank_log_every"], rel=0.05)
+    assert dense.lines / fleet.lines > 3          # start-up lines are the same; here 32 ranks
+    res = replay([fleet.path], None)
+    slow = [i for i in res.incidents if i.category == "straggler"]
+    assert slow and slow[0].node == fleet.truth["culprit_node"]
