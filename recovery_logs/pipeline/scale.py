@@ -535,16 +535,26 @@ def _assemble(bins: list[_Bin], owners: dict[str, int], taken: list[tuple[Any, I
     dropped: Counter[str] = Counter()
     findings = 0
     sticky: list[pl.DataFrame] = []
+    parts: list[dict[str, Any]] = []
     for b, bn in enumerate(bins):
         assert bn.judged is not None
         for side in ("own", "shared") if b == 0 else ("own",):
             sd = bn.judged[side]
-            eng.absorb(EnginePart(sd["findings"], sd["windows"], sd["spans"], {}, None, sd["events"], sd["gpus"]))
+            parts.append(sd)
             stats.update(sd["stats"])
             quar.append(sd["quarantine"])
             dropped.update(sd["dropped"])
             findings += sd["findings_n"]
         sticky.append(_owned_findings(bn.judged["detector"], owners, b))
+    # one merge of every bin's windows and spans (merging them bin by bin re-grouped the growing
+    # frames once per bin: a fleet day's 1.5 M host-windows, 8 bins, ~8x the work)
+    wins = [sd["windows"] for sd in parts if sd["windows"].height]
+    spans = [sd["spans"] for sd in parts if sd["spans"].height]
+    found = [sd["findings"] for sd in parts if sd["findings"].height]
+    eng.absorb(EnginePart(pl.concat(found) if found else empty_findings(),
+                          merge_windows(wins[0], pl.concat(wins[1:])) if len(wins) > 1 else (wins or [empty_windows()])[0],
+                          merge_spans(spans[0], pl.concat(spans[1:])) if len(spans) > 1 else (spans or [empty_spans()])[0],
+                          {}, None, sum(sd["events"] for sd in parts), [g for sd in parts for g in sd["gpus"]]))
     eng.absorb(EnginePart(empty_findings(), empty_windows(), empty_spans(), ctx[2], ctx[0], 0))
     eng.stats["findings"] = findings
     eng.min_time_ns = ctx[1]
