@@ -50,7 +50,9 @@ def sample():
                         if "ray::" in cmd:
                             wmax = max(wmax, r)
                         ct = p.cpu_times()
-                        cpu_seen[p.pid] = ct.user + ct.system
+                        kind = ("hosts" if "BinHost" in cmd or "BinWorker" in cmd else "raylet" if "raylet" in cmd
+                                else "gcs" if "gcs_server" in cmd else "other ray")
+                        cpu_seen[p.pid] = (kind, ct.user + ct.system)
                 except Exception:
                     pass
         peak["driver"] = max(peak["driver"], drv)
@@ -84,7 +86,9 @@ ru = resource.getrusage(resource.RUSAGE_SELF)
 rc = resource.getrusage(resource.RUSAGE_CHILDREN)
 rss = ru.ru_maxrss * 1024
 print(json.dumps({"elapsed_s": el, "cpu_s": ru.ru_utime + ru.ru_stime,
-                  "worker_cpu_s": sum(cpu_seen.values()) + rc.ru_utime + rc.ru_stime,
+                  "worker_cpu_s": sum(c for _, c in cpu_seen.values()) + rc.ru_utime + rc.ru_stime,
+                  "ray_cpu_s": {k: round(sum(c for kk, c in cpu_seen.values() if kk == k), 1)
+                                for k in sorted({kk for kk, _ in cpu_seen.values()})},
                   "lines": r.summary["lines"], "events": r.summary["events"],
                   "incidents": r.summary["incidents"], "peak_rss_mb": max(rss, peak["total"]) / 2**20,
                   "driver_rss_mb": max(rss, peak["driver"]) / 2**20, "workers_rss_mb": peak["workers"] / 2**20,
@@ -249,6 +253,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"  {label:<27}: {r['elapsed_s']:7.1f} s wall  {r['lines'] / r['elapsed_s']:>9,.0f} lines/s  CPU "
               f"{cpu:.1f} s ({r['lines'] / cpu:,.0f} lines per CPU-second)  {mem}  incidents {r['incidents']}  "
               f"sha256 {r['digest'][:16]}; load {os.getloadavg()[0]:.1f}", flush=True)
+        if r.get("ray_cpu_s"):
+            print("    CPU by process: driver " + f"{r['cpu_s']:.1f} s, " + ", ".join(
+                f"{k} {v:.1f} s" for k, v in r["ray_cpu_s"].items()), flush=True)
         st = r["stages"]
         if st:
             print("    where its time went: " + ", ".join(
