@@ -91,7 +91,8 @@ from recovery_logs.sources.archive import is_archive
 from recovery_logs.sources.files import ReadOptions, expand_paths, iter_batches
 from recovery_logs.windows import empty_spans, empty_windows, merge_spans, merge_windows
 
-__all__ = ["BIN_BYTES", "BinHost", "BinWorker", "plan_shards", "replay_by_allocation", "replay_part", "replay_sharded"]
+__all__ = ["BIN_BYTES", "BinHost", "BinWorker", "plan_shards", "replay_by_allocation", "replay_part", "replay_sharded",
+           "worker_threads"]
 
 
 def plan_shards(paths: Sequence[str | Path], n: int) -> tuple[list[list[str]], int]:
@@ -145,6 +146,15 @@ def replay_part(files: list[str], read: ReadOptions, config: Any, cap: int) -> t
     return part, stats, keeper.frame(), keeper.kept, keeper.dropped
 
 
+def worker_threads(workers: int | None, cpus: int | None, asked: str | None) -> int:
+    """Polars threads for each local Ray worker: the machine's cores shared by the workers, at
+    most what ``POLARS_MAX_THREADS`` asks (``asked``), at least one."""
+    share = max(1, (cpus or 1) // max(1, workers or 1))
+    if asked and asked.strip().isdigit():
+        share = min(share, max(1, int(asked)))
+    return share
+
+
 def _ray(workers: int | None, address: str | None) -> Any:
     try:
         import ray  # optional heavy dependency (the [scale] extra)
@@ -156,7 +166,19 @@ def _ray(workers: int | None, address: str | None) -> Any:
         else:
             # the workers are the replay (the driver mostly waits): not Ray's default nice 15 for them
             os.environ.setdefault("RAY_worker_niceness", "0")
-            ray.init(num_cpus=workers, include_dashboard=False, log_to_driver=False)
+            # each worker is one CPU's share: Polars pools as wide as the machine in every worker
+            # oversubscribe it (fleet day at 1/8 scale on 2 cores, 2 workers: 2 threads each spent
+            # 2.3x the one-process CPU, 1 thread each 1.2x). The local Ray's processes inherit the
+            # environment ray.init starts them with; the driver's own pool is already sized.
+            before = os.environ.get("POLARS_MAX_THREADS")
+            os.environ["POLARS_MAX_THREADS"] = str(worker_threads(workers, os.cpu_count(), before))
+            try:
+                ray.init(num_cpus=workers, include_dashboard=False, log_to_driver=False)
+            finally:
+                if before is None:
+                    os.environ.pop("POLARS_MAX_THREADS", None)
+                else:
+                    os.environ["POLARS_MAX_THREADS"] = before
     return ray
 
 

@@ -257,3 +257,14 @@ def test_by_allocation_refuses_report_files(cluster_day, tmp_path):
 
     with pytest.raises(ConfigError, match="no report files"):
         replay_by_allocation([cluster_day], ReplayOptions(out_dir=tmp_path / "o"))
+
+
+def test_local_workers_share_the_cores_in_polars_threads():
+    from recovery_logs.pipeline.scale import worker_threads
+
+    assert worker_threads(2, 2, None) == 1            # this machine: 2 workers on 2 cores
+    assert worker_threads(4, 64, None) == 16
+    assert worker_threads(8, 4, None) == 1            # never 0
+    assert worker_threads(2, 64, "4") == 4             # POLARS_MAX_THREADS asks for fewer
+    assert worker_threads(2, 4, "16") == 2             # ... or more: the share wins
+    assert worker_threads(2, 8, "lots") == 4
