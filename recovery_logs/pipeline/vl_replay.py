@@ -26,13 +26,14 @@ import io
 import threading
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import polars as pl
 
 from recovery_logs.detectors.literals import logsql_any, logsql_string, needed_literals
 from recovery_logs.detectors.rulepack import Rule, RulePack
+from recovery_logs.detectors.rules import gate_regex
 from recovery_logs.errors import ConfigError
 from recovery_logs.pipeline.engine import Engine, EnginePart
 from recovery_logs.pipeline.enrich import ENRICH_LITERALS
@@ -128,7 +129,7 @@ class ProgressSummary:
     def spec(self) -> ProgressSpec:
         """The same selection as plain data, evaluated here (``sources.vl_local``)."""
         return ProgressSpec(self.rule.id, tuple(self.rule.literals), self.pattern,
-                            tuple(self.rule.patterns[: self.index]), self.others)
+                            tuple(self.rule.patterns[: self.index]), self.others, gate_regex(self.others))
 
 
 def _regex(pattern: str) -> str:
@@ -204,9 +205,10 @@ def local_split(pack: RulePack, bucket_ns: int, extra: tuple[str, ...] = (), pro
     lits = needed_literals(pack, (*ENRICH_LITERALS, *extra))
     specs = tuple(p.spec() for p in progress_summaries(pack)) if progress and lits is not None else ()
     if extra:
-        specs = tuple(ProgressSpec(p.rule_id, p.literals, p.pattern, p.earlier, tuple(sorted({*p.others, *extra})))
+        specs = tuple(replace(p, others=(o := tuple(sorted({*p.others, *extra}))), others_re=gate_regex(o))
                       for p in specs)
-    return LocalSplit(lits, bucket_ns, specs)
+    # one regex alternation of the literals: the matcher's own gate (detectors.rules.gate_regex)
+    return LocalSplit(lits, bucket_ns, specs, gate_regex(lits) if lits is not None else None)
 
 
 def _merge_counts(frames: list[pl.DataFrame]) -> pl.DataFrame:

@@ -56,6 +56,7 @@ ABORT_MARKER = "the connection has been aborted"
 _QUERY_PATH = "/select/logsql/query"
 _TAIL_PATH = "/select/logsql/tail"
 _HITS_PATH = "/select/logsql/hits"
+_FIELD_NAMES_PATH = "/select/logsql/field_names"
 _INSERT_PATH = "/insert/jsonline"
 _RETRY_STATUS = frozenset({502, 503, 504})
 # answers that cannot clear by themselves: our own query rejected, wrong credentials, no access,
@@ -490,6 +491,23 @@ class VictoriaLogsClient:
             raise _vl_error("VictoriaLogs hits answer has no 'hits'", query, status=resp.status_code,
                             server_message=resp.text[:300])
         return doc
+
+    def field_names(self, query: str, start: int | str | datetime | None,
+                    end: int | str | datetime | None) -> dict[str, int]:
+        """``/select/logsql/field_names``: the fields the rows of ``query`` in ``[start, end]``
+        have, with the rows having each (``{"values": [{"value": name, "hits": n}, ...]}``)."""
+        params: dict[str, str] = {"query": query}
+        for key, val in (("start", start), ("end", end)):
+            text = format_time_param(val)
+            if text is not None:
+                params[key] = text
+        resp = self._request("POST", _FIELD_NAMES_PATH, query, data=self._params(params))
+        try:
+            doc = resp.json()
+            return {str(v["value"]): int(v.get("hits", 0)) for v in doc["values"]}
+        except (ValueError, KeyError, TypeError) as exc:
+            raise _vl_error("VictoriaLogs field_names answer is not a list of values", query,
+                            status=resp.status_code, server_message=resp.text[:300]) from exc
 
     # -- write API ------------------------------------------------------------------------
     def insert_jsonline(self, rows: Iterable[dict[str, Any]],

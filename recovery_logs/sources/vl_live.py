@@ -33,7 +33,6 @@ their ``_time`` (a shipper that buffered, a node that came back) up to ``horizon
 from __future__ import annotations
 
 import hashlib
-import io
 import logging
 import threading
 import time
@@ -48,8 +47,8 @@ from recovery_logs.errors import VictoriaLogsError
 from recovery_logs.sources.read_common import ReadOptions
 from recovery_logs.sources.rowkeys import vl_time_ns
 from recovery_logs.sources.victorialogs import VictoriaLogsClient
-from recovery_logs.sources.vl_history import line_counts
-from recovery_logs.sources.vl_local import LocalSplit, ProgressSpec, split_frame, with_ts
+from recovery_logs.sources.vl_history import line_counts, present_fields
+from recovery_logs.sources.vl_local import LocalSplit, ProgressSpec, read_export, split_frame, with_ts
 
 __all__ = ["DEFAULT_TIERS", "LATE_FIELD", "KeyLedger", "Tier", "VLPoller", "row_digest"]
 
@@ -210,6 +209,7 @@ class VLPoller:
         self.data_ready = threading.Event()
         self.late_rows: list[dict[str, str]] = []
         self._dirty: dict[int, int] = {}       # bucket start -> re-reads that came back short
+        self._field_names = True               # ask /field_names which fields a read window has
 
     # follower protocol ---------------------------------------------------------------------
     def start(self) -> VLPoller:
@@ -314,13 +314,17 @@ class VLPoller:
         ``_STORE_SCHEMA``). The bucket totals (every row, as the server counts them) go into the
         ledger."""
         assert self.split is not None and self.count_query is not None
-        q = f"{self.count_query} | fields {', '.join(self.fields or ['*'])}"
-        body = self.client.query_bytes(q, lo, hi)
         keys = list(dict.fromkeys(self.fields or ["_time", "_stream_id", "_msg"]))
-        if len(body) < 4096 and not body.strip():
-            df = pl.DataFrame(schema={k: pl.String for k in keys})
-        else:
-            df = pl.read_ndjson(io.BytesIO(body), schema={k: pl.String for k in keys}, ignore_errors=True)
+        if self.fields and self._field_names:   # only the fields the window's rows have (a cheaper parse)
+            got = present_fields(self.client, self.count_query, lo, hi, keys)
+            if got is None:       # not answered: every field asked for; after 3 such answers no longer asked
+                self.stats["field_names_unanswered"] += 1
+                self._field_names = self.stats["field_names_unanswered"] < 3
+            else:
+                keys = list(got)
+        q = f"{self.count_query} | fields {', '.join(keys)}"
+        body = self.client.query_bytes(q, lo, hi)
+        df = read_export(body, keys, self.fields or ())
         del body
         if df.height:
             self._row_rate = df.height / max(1, hi - lo + 1)

@@ -6,13 +6,16 @@ from __future__ import annotations
 import polars as pl
 
 from recovery_logs.config import EngineConfig
+from recovery_logs.errors import VictoriaLogsError
 from recovery_logs.pipeline.engine import Engine
 from recovery_logs.pipeline.vl_replay import local_split
 from recovery_logs.schema import empty_findings
 from recovery_logs.sources.files import events_from_vl_records
 from recovery_logs.sources.formats import vl_columns
 from recovery_logs.sources.read_common import ReadOptions
-from recovery_logs.sources.vl_local import split_frame, with_ts
+from recovery_logs.sources.vl_history import present_fields
+from recovery_logs.sources.vl_local import read_export, split_frame, with_ts
+from recovery_logs.timeutil import rfc3339_to_ns_expr
 from recovery_logs.windows import window_counts
 
 W = 60 * 1_000_000_000
@@ -76,3 +79,43 @@ def test_vl_time_fast_path_and_fallback_agree():
                                  "garbage", None]})
     got = with_ts(df)["_ts"].to_list()
     assert got[0] == got[1] + 123456789 and got[2] == got[1] and got[3] is None and got[4] is None
+
+
+def test_vl_time_fast_path_equals_the_general_parser():
+    # VictoriaLogs writes RFC3339 UTC with up to 9 fraction digits, trailing zeros cut (the fast
+    # path); every other shape must come out as the general RFC3339 parser reads it
+    times = ["2026-12-01T10:00:01.5Z", "2026-12-01T10:00:01.000000001Z", "2026-12-01T10:00:01Z",
+             "2026-12-01T10:00:01.+5Z", "2026-12-01T10:00:01.-5Z", "2026-12-01T10:00:01.1234567891Z",
+             "2026-12-01T10:00:01,5Z", "2026-12-01T10:00:01.5+00:00", "2026-12-01T10:00:01.5z", "2026-13-01T10:00:01Z",
+             "2026-12-01T10:00:01.Z", "2026-12-01 10:00:01.5Z", "2026-12-01T10:00:61Z", ""]
+    got = with_ts(pl.DataFrame({"_time": times}))["_ts"].to_list()
+    want = pl.DataFrame({"_time": times}).select(rfc3339_to_ns_expr(pl.col("_time")))["_time"].to_list()
+    assert got == want
+    assert got[0] == got[2] + 500_000_000 and got[1] == got[2] + 1
+
+
+def test_read_export_parses_only_the_present_fields_and_nulls_the_rest():
+    body = b'{"_time":"2026-12-01T10:00:01Z","_msg":"a","host":"h1"}\n{"_time":"2026-12-01T10:00:02Z","_msg":"b"}\n'
+    df = read_export(body, ["_time", "_msg", "host"], ["_time", "_msg", "rank", "host", "job_id"])
+    assert df.columns == ["_time", "_msg", "host", "rank", "job_id"]
+    assert df["host"].to_list() == ["h1", None] and df["rank"].null_count() == 2
+    assert read_export(b"\n", ["_time"], ["_time", "rank"]).schema == {"_time": pl.String, "rank": pl.String}
+
+
+class _Names:
+    def __init__(self, answer: dict[str, int] | None) -> None:
+        self.answer = answer
+
+    def field_names(self, query: str, start: int, end: int) -> dict[str, int]:
+        if self.answer is None:
+            raise VictoriaLogsError("VictoriaLogs request failed", status=404)
+        return self.answer
+
+
+def test_present_fields_keeps_the_core_and_the_present_fields_drops_stream():
+    keys = vl_columns(tuple(ReadOptions().host_fields))
+    got = present_fields(_Names({"_time": 9, "_msg": 9, "_stream": 9, "_stream_id": 9, "host": 9, "rank": 0,
+                                 "job_id": 3}), "*", 0, 1, keys)    # type: ignore[arg-type]
+    assert got == ("_time", "_msg", "_stream_id", "host", "job_id")
+    assert present_fields(_Names({}), "*", 0, 1, keys) == ("_time", "_msg", "_stream_id")   # type: ignore[arg-type]
+    assert present_fields(_Names(None), "*", 0, 1, keys) is None     # type: ignore[arg-type]
