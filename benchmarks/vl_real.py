@@ -473,6 +473,8 @@ def phase_replay(args, tmp: Path) -> dict:
                 ("server_pushdown_progress", dict(select="server", progress=True))]
         if not args.replay_skip_full:
             runs.append(("full_read", dict(pushdown=False)))
+        if args.replay_modes:
+            runs = [r for r in runs if r[0] in args.replay_modes.split(",")]
         incidents = {}
         for name, kw in runs:
             cpu0, t0, scpu0 = time.process_time(), time.perf_counter(), srv.cpu_s()
@@ -511,6 +513,8 @@ def main() -> None:
     ap.add_argument("--modes-duration", type=float, default=30.0)
     ap.add_argument("--replay-rows", type=int, default=1_000_000)
     ap.add_argument("--replay-skip-full", action="store_true", help="replay: skip the read-every-row baseline")
+    ap.add_argument("--replay-modes", default=None,
+                    help="replay: only these runs (comma-separated: local, server_pushdown, server_pushdown_progress, full_read)")
     args = ap.parse_args()
     args.rate_list = [int(x) for x in str(args.rate).split(",")]
     args.rate = args.rate_list[-1]

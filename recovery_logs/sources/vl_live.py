@@ -48,7 +48,14 @@ from recovery_logs.sources.read_common import ReadOptions
 from recovery_logs.sources.rowkeys import vl_time_ns
 from recovery_logs.sources.victorialogs import VictoriaLogsClient
 from recovery_logs.sources.vl_history import line_counts, present_fields
-from recovery_logs.sources.vl_local import LocalSplit, ProgressSpec, read_export, split_frame, with_ts
+from recovery_logs.sources.vl_local import (
+    LocalSplit,
+    ProgressSpec,
+    read_export,
+    row_identity,
+    split_frame,
+    with_ts,
+)
 
 __all__ = ["DEFAULT_TIERS", "LATE_FIELD", "KeyLedger", "Tier", "VLPoller", "row_digest"]
 
@@ -158,7 +165,8 @@ class VLPoller:
                  clock: Callable[[], int] = time.time_ns, max_keys: int = 20_000_000,
                  max_window_s: float = 60.0, reconcile: bool = True, count_query: str | None = None,
                  line_window_ns: int | None = None, read: ReadOptions | None = None,
-                 split: LocalSplit | None = None, store_s: float = 660.0) -> None:
+                 split: LocalSplit | None = None, store_s: float = 660.0, ids_s: float = 90.0,
+                 sub_ms: int = 250) -> None:
         self.client = client
         self.query = query
         self.count_query = count_query if count_query and count_query != query else None
@@ -210,6 +218,16 @@ class VLPoller:
         self.late_rows: list[dict[str, str]] = []
         self._dirty: dict[int, int] = {}       # bucket start -> re-reads that came back short
         self._field_names = True               # ask /field_names which fields a read window has
+        # local split: per fine bucket of the last ids_s, the identity hash of every row read there
+        # and its rows per sub_ms slot, so a bucket that gained rows is read again only in the slots
+        # whose server count changed, and only the rows not read before are split and counted
+        self.ids_ns = int(ids_s * NS)
+        self.sub_ns = int(sub_ms) * 1_000_000
+        if self.ids_ns and self.ledger.bucket_ns % self.sub_ns:
+            raise ValueError(f"sub_ms must divide the fine bucket ({self.ledger.bucket_ns // NS}s)")
+        self._ids: dict[int, list[np.ndarray]] = {}
+        self._sub: dict[int, np.ndarray] = {}
+        self._ids_from: int | None = None      # first fine bucket read whole by this poller (the ones before: no ids)
 
     # follower protocol ---------------------------------------------------------------------
     def start(self) -> VLPoller:
@@ -308,11 +326,13 @@ class VLPoller:
         self.complete_ns = hi
 
     # local selection ------------------------------------------------------------------------
-    def _read_local(self, lo: int, hi: int) -> tuple[list[dict[str, str]], pl.DataFrame]:
+    def _read_local(self, lo: int, hi: int, delta: bool = False) -> tuple[list[dict[str, str]], pl.DataFrame]:
         """Every row of the scope in ``[lo, hi]``, split here: (rows the engine needs, as dicts;
         counts per fine bucket — lines per host/job, progress lines per host/job/step — in
         ``_STORE_SCHEMA``). The bucket totals (every row, as the server counts them) go into the
-        ledger."""
+        ledger. ``delta`` (a re-read of slots whose rows are all known by identity, see
+        :meth:`_track`): only the rows not read before are split, so the counts returned are
+        the late lines alone; the ledger is left to the caller."""
         assert self.split is not None and self.count_query is not None
         keys = list(dict.fromkeys(self.fields or ["_time", "_stream_id", "_msg"]))
         if self.fields and self._field_names:   # only the fields the window's rows have (a cheaper parse)
@@ -330,15 +350,17 @@ class VLPoller:
             self._row_rate = df.height / max(1, hi - lo + 1)
         self.stats["rows_fetched"] += df.height
         self.stats["rows_counted"] += df.height
-        df = with_ts(df)
+        df = with_ts(df).with_columns(row_identity().alias("__id"))
+        if self.ids_ns:
+            df = self._track(df, lo, hi, delta)
         fine = self.ledger.bucket_ns
         need, fc, prog = split_frame(df, replace(self.split, bucket_ns=fine), self.read)
         led = self.ledger
         tot = fc.group_by("bucket").agg((pl.col("lines") + pl.col("duplicates")).sum().alias("n"))
         untimed = df.height - int(tot["n"].sum() or 0) if tot.height else df.height
-        for b, n in tot.iter_rows():
+        for b, n in ([] if delta else tot.iter_rows()):
             led.count[b // fine] = led.count.get(b // fine, 0) + int(n)
-        if untimed:
+        if untimed and not delta:
             led.count[-1] = led.count.get(-1, 0) + untimed
         parts = [fc.select((pl.col("bucket") // fine).alias("fb"), pl.lit("").alias("kind"), "host", "job_id",
                            pl.lit(None, pl.Int64).alias("step"), "lines", "first", "last")]
@@ -347,8 +369,103 @@ class VLPoller:
                 parts.append(pc.select((pl.col("bucket") // fine).alias("fb"), pl.lit(spec.rule_id).alias("kind"),
                                        "host", "job_id", "step", "lines", "first", "last"))
                 self.stats["progress_summarised"] += int(pc["lines"].sum())
-        rows = [{k: v for k, v in r.items() if v is not None} for r in need.drop("_ts").to_dicts()]
+        rows = [{k: v for k, v in r.items() if v is not None} for r in need.drop("_ts", "__id").to_dicts()]
         return rows, pl.concat(parts)
+
+    def _tracked(self, fb0: int, fb1: int) -> bool:
+        """Fine buckets ``fb0..fb1`` all have the identity of every row read there (see :meth:`_track`)."""
+        floor = self._ids_from
+        if floor is None or not self.ids_ns or fb0 < floor or self.complete_ns is None:
+            return False
+        return fb0 >= self.ledger.bucket(self.complete_ns - self.ids_ns) + 1
+
+    def _track(self, df: pl.DataFrame, lo: int, hi: int, delta: bool) -> pl.DataFrame:
+        """Remember the identity (``__id``) and ``sub_ns`` slot of every timed row of a read.
+        ``delta``: ``[lo, hi]`` is slot-aligned and read again; its slots' counts become what
+        this read saw and the rows returned are those not read before (their identity unknown)."""
+        fine, sub = self.ledger.bucket_ns, self.sub_ns
+        per = fine // sub
+        if self._ids_from is None:
+            self._ids_from = -(-lo // fine)             # the first bucket read whole
+        ts = df["_ts"].fill_null(-1).to_numpy()
+        ids = df["__id"].to_numpy()
+        ok = ts >= 0
+        keep: np.ndarray | None = None
+        if delta:
+            known = [a for b in range(lo // fine, hi // fine + 1) for a in self._ids.get(b, ())]
+            keep = ok & ~np.isin(ids, np.concatenate(known)) if known else ok.copy()
+            for g in range(lo // sub, hi // sub + 1):
+                arr = self._sub.get(g // per)
+                if arr is not None:
+                    arr[g % per] = 0
+        slots, n = np.unique(ts[ok] // sub, return_counts=True)
+        for g, c in zip(slots.tolist(), n.tolist(), strict=True):
+            b = g // per
+            if b >= self._ids_from:
+                arr = self._sub.get(b)
+                if arr is None:
+                    arr = self._sub[b] = np.zeros(per, dtype=np.int64)
+                arr[g % per] += c
+        sel = ok if keep is None else keep
+        fb, idv = ts[sel] // fine, ids[sel]
+        for b in np.unique(fb).tolist():
+            if b >= self._ids_from:
+                self._ids.setdefault(b, []).append(idv[fb == b])
+        if keep is None:
+            return df
+        self.stats["reread_rows_known"] += int((ok & ~keep).sum())
+        return df.filter(pl.Series(keep | ~ok))
+
+    def _evict_ids(self) -> None:
+        if self.complete_ns is None:
+            return
+        floor = self.ledger.bucket(self.complete_ns - self.ids_ns)
+        for store in (self._ids, self._sub):
+            for b in [b for b in store if b <= floor]:
+                del store[b]
+
+    def ids_nbytes(self) -> int:
+        return sum(a.nbytes for parts in self._ids.values() for a in parts) + sum(a.nbytes for a in self._sub.values())
+
+    def _reread_delta(self, lo: int, hi: int, out: list[tuple[int, dict[str, str]]]) -> None:
+        """Tracked fine buckets ``[lo, hi]`` whose count changed: the server's rows per ``sub_ns``
+        slot there (a timestamps-only query) name the slots that changed; only those are read
+        again, and of their rows only the ones not read before are split, handed out late and
+        counted (the late lines counted once, without re-reading a whole bucket)."""
+        fine, sub = self.ledger.bucket_ns, self.sub_ns
+        per = fine // sub
+        rows = self.client.stats(f"{self.count_query} | stats by (_time:{sub // 1_000_000}ms) count() as n",
+                                 start=lo, end=hi)
+        self.stats["count_queries"] += 1
+        server: dict[int, int] = {}
+        for r in rows:
+            try:
+                server[vl_time_ns(r["_time"]) // sub] = int(r["n"])
+            except (KeyError, ValueError):
+                continue
+        changed = []
+        for g in range(lo // sub, hi // sub + 1):
+            arr = self._sub.get(g // per)
+            if server.get(g, 0) != (int(arr[g % per]) if arr is not None else 0):
+                changed.append(g)
+        runs: list[list[int]] = []
+        for g in changed:
+            if runs and runs[-1][1] == g - 1:
+                runs[-1][1] = g
+            else:
+                runs.append([g, g])
+        for g0, g1 in runs:
+            got, store = self._read_local(max(lo, g0 * sub), min(hi, (g1 + 1) * sub - 1), delta=True)
+            self.stats["slots_reread"] += g1 - g0 + 1
+            self._accept(got, out, late=True, count=False)
+            if store.height:
+                self._store_parts.append(store)
+                self.stats["late_lines_counted"] += int(store.filter(pl.col("kind") == "")["lines"].sum())
+                self._hand_out(store)
+        for b in range(lo // fine, hi // fine + 1):
+            arr = self._sub.get(b)
+            self.ledger.count[b] = int(arr.sum()) if arr is not None else 0
+        self.stats["buckets_reread"] += 1
 
     def _hand_out(self, store: pl.DataFrame) -> None:
         """Counts (``_STORE_SCHEMA``) -> line counts per engine window (take_counts) and progress
@@ -408,6 +525,9 @@ class VLPoller:
         (within ``store_s``; older late lines add findings only)."""
         fine = self.ledger.bucket_ns
         fb0, fb1 = lo // fine, hi // fine
+        if self._tracked(fb0, fb1):
+            self._reread_delta(lo, hi, out)
+            return
         for k in range(fb0, fb1 + 1):      # the bucket's count becomes what this read saw (_read_local adds it)
             self.ledger.count.pop(k, None)
         rows, new = self._read_local(lo, hi)
@@ -594,6 +714,8 @@ class VLPoller:
                     break
         if self.split is not None and len(self._store_parts) >= 10:
             self._consolidate()
+        if self.split is not None:
+            self._evict_ids()
         if self.complete_ns is not None:
             led = self.ledger
             led.evict_before(led.bucket(self.complete_ns - self.horizon_ns))

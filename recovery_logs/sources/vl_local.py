@@ -33,7 +33,7 @@ from recovery_logs.sources.read_common import ReadOptions
 from recovery_logs.timeutil import rfc3339_to_ns_expr
 
 __all__ = ["PROGRESS_SCHEMA", "LocalSplit", "ProgressSpec", "count_frame", "host_job_exprs", "read_export",
-           "split_frame", "with_ts"]
+           "row_identity", "split_frame", "with_ts"]
 
 # per (host, job, step, window) of one progress spec: lines (duplicates left out), first/last time
 PROGRESS_SCHEMA = {"host": pl.String, "job_id": pl.String, "step": pl.Int64, "bucket": pl.Int64, "lines": pl.Int64,
@@ -136,10 +136,16 @@ def read_export(body: bytes, keys: Sequence[str], full: Sequence[str] = ()) -> p
     return df.with_columns([pl.lit(None, pl.String).alias(k) for k in missing]) if missing else df
 
 
+def row_identity() -> pl.Expr:
+    """A row's identity as the readers' duplicate test sees it (stream, time, rank, message) as
+    a 64-bit hash (``__id``)."""
+    return pl.struct(["_stream_id", "_time", "rank", "_msg"]).hash(seed=5)
+
+
 def _with_id(df: pl.DataFrame, dedupe: bool) -> pl.DataFrame:
     if not dedupe or "__id" in df.columns:
         return df
-    return df.with_columns(pl.struct(["_stream_id", "_time", "rank", "_msg"]).hash(seed=5).alias("__id"))
+    return df.with_columns(row_identity().alias("__id"))
 
 
 def count_frame(df: pl.DataFrame, bucket_ns: int, opts: ReadOptions) -> pl.DataFrame:
