@@ -3,10 +3,10 @@
 The windowed straggler verdicts (``stragglers.py``) need minutes of per-rank lines; an excerpt, or
 the first minutes of a job, has a handful. What an operator still reads from a few lines:
 
-* **per-rank progress lines** (any ``progress`` rule that gives a step time, with the rank from the
-  rule or the line's prefix — torchrun ``[rankN]:``/``[defaultN]:``, Lightning ``[rank: N]``, Open
-  MPI ``[1,N]<stdout>:``): with 3+ ranks of one rule in a job, the rank(s) whose median step time is
-  ``>= ratio`` × the other ranks' median, with a robust z ``>= min_z`` against the others' spread;
+* **per-rank progress lines** (any ``progress`` rule that gives a step and a step time, with the rank
+  from the rule or the line's prefix — torchrun ``[rankN]:``/``[defaultN]:``, Lightning ``[rank: N]``,
+  Open MPI ``[1,N]<stdout>:``): per step, 3+ ranks compared; a rank that is an outlier in two of the
+  job's first steps (or once by a wide margin);
 * **reports that list per-rank values** in one line: Megatron's ``^^^^ Bottom N Ranks with lowest
   Etpt(TF): v/r, …`` (``--straggler-minmax-count``; read with its ``Top`` line when present) and the
   nvidia-resiliency-ext example's ``Rank R GPUs relative perf: {rank: score, …}`` dicts.
@@ -121,14 +121,12 @@ def _t(v: datetime | int) -> int:
 
 
 def list_report_verdicts(findings: pl.DataFrame, ctx: DetectContext, ratio: float, min_z: float,
-                         rel_floor: float, min_ranks: int, skip: set) -> list[dict]:
+                         rel_floor: float, min_ranks: int) -> list[dict]:
     """Per job, the first report line listing per-rank values whose slowest rank is an outlier."""
     rep = upto(findings.filter(pl.col("rule_id").is_in(LIST_RULES) & pl.col("job_id").is_not_null()),
                ctx.watermark_ns).sort(["time", "seq"], nulls_last=True)
     rows: list[dict] = []
     for (job,), g in rep.group_by(["job_id"], maintain_order=True):
-        if job in skip:
-            continue
         recs = list(g.select("time", "rule_id", "message").iter_rows(named=True))
         for i, r in enumerate(recs):
             if r["rule_id"] == MEGATRON_ETPT:
@@ -152,51 +150,65 @@ def list_report_verdicts(findings: pl.DataFrame, ctx: DetectContext, ratio: floa
     return rows
 
 
-_COLS = ("time", "seq", "job_id", "host", "rank", "rule_id", "role", "message", "step_time_s")
+_COLS = ("time", "seq", "job_id", "host", "rank", "rule_id", "role", "message", "step", "step_time_s")
 
 
-def progress_outliers(findings: pl.DataFrame, ctx: DetectContext, ratio: float, min_z: float,
-                      rel_floor: float, min_ranks: int, skip: set, exclude: tuple[str, ...]) -> list[dict]:
-    """Per (job, progress rule) with ``min_ranks``+ ranks: the ranks whose median step time is an
-    outlier among them (one finding per job, the rule with the widest ratio). A rank is (host, rank)
-    when the job's lines come from several hosts (torchrun ``[defaultN]`` local ranks repeat per node)."""
+def progress_outliers(findings: pl.DataFrame, ctx: DetectContext, ratio: float, single_ratio: float, min_z: float,
+                      rel_floor: float, min_ranks: int, first_steps: int, exclude: tuple[str, ...]) -> list[dict]:
+    """Per (job, progress rule) and step, the ranks' step times compared: a rank is an outlier in a
+    step at ``>= ratio`` × the step's median with robust z ``>= min_z``, the only such rank of the step
+    (3+ ranks; several slow ranks are a slow node or imbalance — the windowed verdicts). A rank that is an outlier in two of the job's first ``first_steps`` steps, or in
+    one at ``>= single_ratio``, is named (one finding per job, at the step that decides it).
+
+    Stable under any watermark: a step's comparison uses only its own rows, and the finding is the
+    first step (in event time) that decides it — a later watermark finds the same step, an earlier
+    one nothing. A rank is (host, rank) so torchrun's per-node ``[defaultN]`` local ranks stay apart."""
     st = pl.col("step_time_s")
     p = (upto(findings.select(_COLS), ctx.watermark_ns)
-         .filter((pl.col("role") == "progress") & pl.col("job_id").is_not_null() & st.is_not_null() & st.is_finite()
-                 & (st > 0) & ~pl.col("rule_id").fill_null("").str.starts_with("detector.")
-                 & ~pl.col("rule_id").is_in(list(exclude))))
+         .filter((pl.col("role") == "progress") & pl.col("job_id").is_not_null() & pl.col("step").is_not_null()
+                 & st.is_not_null() & st.is_finite() & (st > 0)
+                 & ~pl.col("rule_id").fill_null("").str.starts_with("detector.") & ~pl.col("rule_id").is_in(list(exclude))))
     if p.is_empty():
         return []
-    if skip:
-        p = p.filter(~pl.col("job_id").is_in(list(skip)))
     p = with_rank(p).filter(pl.col("rank").is_not_null())
-    per = (p.group_by(["job_id", "rule_id", "host", "rank"])
-           .agg(st.median().alias("t"), pl.col("time").max().alias("last"), pl.len().alias("n")))
-    wide = (per.group_by(["job_id", "rule_id"]).agg(pl.len().alias("nr")).filter(pl.col("nr") >= min_ranks))
-    if wide.is_empty():
+    key = ["job_id", "rule_id", "step"]
+    r = p.group_by([*key, "host", "rank"]).agg(st.median().alias("t"), pl.col("time").max().alias("tm"))
+    first = (r.select("job_id", "rule_id", "step").unique()
+             .with_columns(pl.col("step").rank("dense").over(["job_id", "rule_id"]).alias("k"))
+             .filter(pl.col("k") <= first_steps).drop("k"))
+    r = r.join(first, on=key, how="inner")
+    r = r.with_columns(pl.col("t").median().over(key).alias("med"), pl.len().over(key).alias("n"),
+                       pl.col("tm").max().over(key).alias("gt"))
+    r = r.filter((pl.col("n") >= min_ranks) & (pl.col("med") > 0))
+    if r.is_empty():
         return []
-    per = per.join(wide, on=["job_id", "rule_id"], how="inner").sort(["job_id", "rule_id", "host", "rank"],
-                                                                      nulls_last=True)
-    best: dict[str, tuple[Outlier, str, int, int]] = {}
-    for (job, rule), g in per.group_by(["job_id", "rule_id"], maintain_order=True):
-        one_host = g["host"].n_unique() == 1    # name ranks alone; with several hosts, rank on host
-        keys: list[Hashable] = [r if one_host else (h, r) for h, r in zip(g["host"].to_list(), g["rank"].to_list(),
-                                                                            strict=True)]
-        o = slow_outliers(dict(zip(keys, g["t"].to_list(), strict=True)), ratio, min_z, rel_floor, min_ranks)
-        if o is None:
-            continue
-        last = max(_t(v) for v in g["last"].to_list())
-        n = int(g["n"].to_list()[keys.index(o.ranks[0])])
-        if job not in best or o.ratio > best[job][0].ratio:
-            best[job] = (o, str(rule), last, n)
+    r = r.with_columns((pl.col("t") - pl.col("med")).abs().median().over(key).alias("mad"))
+    scale = pl.max_horizontal(1.4826 * pl.col("mad"), rel_floor * pl.col("med"), pl.lit(1e-12))
+    r = r.with_columns((pl.col("t") / pl.col("med")).alias("ratio"), ((pl.col("t") - pl.col("med")) / scale).alias("z"))
+    r = r.with_columns(((pl.col("ratio") >= ratio) & (pl.col("z") >= min_z)).alias("flag"))
+    r = r.with_columns(pl.col("flag").sum().over(key).alias("nflag"))
+    # one rank alone: several slow ranks in a step are a slow node or imbalance, for the windowed verdicts
+    hit = (r.filter(pl.col("flag") & (pl.col("nflag") == 1))
+           .sort(["gt", "step"])
+           .with_columns(pl.int_range(pl.len()).over(["job_id", "rule_id", "host", "rank"]).alias("i")))
+    hit = hit.filter((pl.col("i") >= 1) | (pl.col("ratio") >= single_ratio))
+    if hit.is_empty():
+        return []
     rows = []
-    for job in sorted(best):
-        o, rule, last, n = best[job]
-        rows.append(_row(job, last, o,
-                         f"{_who(o)} slower than the other ranks: median step {o.slow:.3f} s vs {o.ref:.3f} s "
-                         f"({o.ratio:.2f}x, robust z {min(o.z, 999):.1f}) over {n} line(s) of {rule} — a straggler "
-                         "to investigate (a slow GPU or node, or imbalance; too few lines to show it persists)",
-                         "rank_outlier"))
+    for (job,), g in hit.sort(["gt", "ratio"], descending=[False, True]).group_by(["job_id"], maintain_order=True):
+        top = g.row(0, named=True)
+        one_host = p.filter(pl.col("job_id") == job)["host"].n_unique() == 1
+        who = f"rank {top['rank']}" + ("" if one_host else f" on {top['host']}")
+        seen = "one step" if top["i"] == 0 else f"{top['i'] + 1} steps"
+        rows.append({"time_ns": _t(top["gt"]), "host": None, "job_id": job, "rank": int(top["rank"]),
+                     "category": "straggler", "severity": "low", "role": "cause", "action": "investigate",
+                     "message": (f"{who} slower than the other ranks: {top['t']:.3f} s vs the median {top['med']:.3f} s "
+                                 f"at step {top['step']} ({top['ratio']:.2f}x, robust z {min(top['z'], 999):.1f}; "
+                                 f"an outlier in {seen} of {top['rule_id']}) — a straggler to investigate (a slow GPU "
+                                 "or node, or imbalance; too few steps to show it persists)"),
+                     "detail": {"kind": "rank_outlier", "rank": int(top["rank"]), "host": top["host"],
+                                "step": int(top["step"]), "ratio": round(float(top["ratio"]), 4),
+                                "steps": int(top["i"]) + 1}})
     return rows
 
 

@@ -44,11 +44,11 @@ Timing *reports* that already compare ranks are evidence without minutes of per-
   nvidia-resiliency-ext example's ``Rank R GPUs relative/individual perf: {rank: score}`` dicts and a
   single ``GPU relative performance`` score block: one report whose slowest rank is an outlier
   (below) is ``investigate`` naming the rank — a report, not yet a persistent slow node.
-* **per-rank outlier** on short evidence: a job whose per-rank progress lines (one rule, 3+ ranks)
-  show one rank (or a few) with a median step time ``>= outlier_ratio`` × the other ranks' median
-  and a robust z ``>= min_z`` (scale floored at ``outlier_rel_floor`` of the median), where the
-  windowed detectors gave no verdict (an excerpt, or the first minutes of a job): ``investigate``
-  naming the rank(s); never a drain (a few lines cannot show persistence).
+* **per-rank outlier** on short evidence (an excerpt, or the first steps of a job): per step of
+  one progress rule, 3+ ranks' step times; a rank at ``>= outlier_ratio`` × the step median with a
+  robust z ``>= min_z`` (scale floored at ``outlier_rel_floor`` of the median) in two of the job's
+  first ``outlier_steps`` steps, or once at ``outlier_single_ratio``: ``investigate`` naming the
+  rank; never a drain (a few steps cannot show persistence; the windowed verdicts do).
 * **job slowdown**: a job's step time (one progress stream) at ``slowdown_ratio`` × the median of
   the ``slowdown_window`` reports before for ``slowdown_persist`` reports in a row: ``investigate`` (no peer to compare with, so
   never a drain; single spikes — checkpoint saves, evaluation — do not persist).
@@ -99,6 +99,8 @@ class StragglerDetector:
     outlier_ratio: float = 1.3
     outlier_rel_floor: float = 0.05
     outlier_min_ranks: int = 3
+    outlier_single_ratio: float = 1.5
+    outlier_steps: int = 5
     name: str = "straggler"
 
     def window_scores(self, findings: pl.DataFrame, ctx: DetectContext) -> tuple[pl.DataFrame, pl.DataFrame]:
@@ -175,7 +177,7 @@ class StragglerDetector:
             wn = int(self.window_s * NS)
             rows = self._slow_nodes(hs, wn) + self._imbalance(rs, hs, wn)
         rows += report_verdicts(self, findings, ctx)
-        rows += rank_outliers(self, findings, ctx, {r["job_id"] for r in rows})
+        rows += rank_outliers(self, findings, ctx)
         if rows:
             thermal_hosts(rows, findings, ctx)
         return synthetic_findings(self.name, rows) if rows else empty_findings()
@@ -506,13 +508,15 @@ def _nvrx(det: StragglerDetector, job: str, warns: list[dict], scores: list[dict
              "detail": {"kind": "nvrx_score", "rank": rk, "node": node, "score": sc}}]
 
 
-def rank_outliers(det: StragglerDetector, findings: pl.DataFrame, ctx: DetectContext, skip: set) -> list[dict]:
-    """Short-evidence verdicts (``rank_outliers.py``) for jobs the windowed and report verdicts left
-    without one: a per-rank values report, else per-rank progress lines with an outlier rank."""
-    args = (det.outlier_ratio, det.min_z, det.outlier_rel_floor, det.outlier_min_ranks)
-    rows = list_report_verdicts(findings, ctx, *args, skip)
-    done = skip | {r["job_id"] for r in rows}
-    return rows + progress_outliers(findings, ctx, *args, done, REPORT_RULES + LIST_RULES)
+def rank_outliers(det: StragglerDetector, findings: pl.DataFrame, ctx: DetectContext) -> list[dict]:
+    """Short-evidence verdicts (``rank_outliers.py``): a report listing per-rank values, and per-rank
+    progress lines with an outlier rank in the job's first steps. Both are made once, at the report
+    or step that decides them, so any watermark split gives the same findings."""
+    rows = list_report_verdicts(findings, ctx, det.outlier_ratio, det.min_z, det.outlier_rel_floor,
+                                det.outlier_min_ranks)
+    return rows + progress_outliers(findings, ctx, det.outlier_ratio, det.outlier_single_ratio, det.min_z,
+                                    det.outlier_rel_floor, det.outlier_min_ranks, det.outlier_steps,
+                                    REPORT_RULES + LIST_RULES)
 
 
 _SLOWDOWN_COLS = ("time", "seq", "job_id", "host", "rank", "rule_id", "role", "step_time_s")
