@@ -145,11 +145,8 @@ def chunk_background(c: Cluster, tl: Timeline, rng: np.random.Generator, c0: int
         keep = t < dead
         t, node, rr, kk, ms, pid = t[keep], node[keep], rr[keep], kk[keep] + 1, ms[keep], pid[keep]
         ts = pl.Series(t)
-        if dialect.rank_prefix == "mpi":     # Open MPI --tag-output: "[jobid,rank]<stdout>:" before the line
-            head = [pl.lit("[1,"), pl.lit(rr).cast(pl.String), pl.lit("]<stdout>:step "), pl.lit(kk).cast(pl.String)]
-        else:
-            head = [pl.lit("I"), pl.lit(fmt.strftime_ns(ts, "%m%d %H:%M:%S", 6)), pl.lit(" "), pl.lit(pid).cast(pl.String),
-                    pl.lit(" train.py:318] [rank"), pl.lit(rr).cast(pl.String), pl.lit("] step "), pl.lit(kk).cast(pl.String)]
+        head = [pl.lit("I"), pl.lit(fmt.strftime_ns(ts, "%m%d %H:%M:%S", 6)), pl.lit(" "), pl.lit(pid).cast(pl.String),
+                pl.lit(" train.py:318] [rank"), pl.lit(rr).cast(pl.String), pl.lit("] step "), pl.lit(kk).cast(pl.String)]
         if dialect.rank_timing == "phase":   # Megatron/NeMo per-rank phase timings; their sum is the step time
             fwd = np.round(ms * 0.33, 2)
             bwd = np.round(ms * 0.62, 2)

@@ -28,9 +28,7 @@ Out of memory while trying to allocate N bytes.``), cuBLAS failing to create its
 corpus's ``d5g-*`` OOM excerpts (ROCm/TheRock#2118-style HIP pastes, jax-ml/jax#13428,
 QwenLM/Qwen3#873, vllm-project/vllm#10439), values from the simulated cluster.
 
-Per-rank lines may also come behind Open MPI's ``--tag-output`` prefix ``[1,N]<stdout>:`` instead of a
-glog header with ``[rankN]`` (as the UCX pastes in the corpus, openucx/ucx#1880 and #2718, show), and a
-host OOM kill is often seen from the job's side only — slurmstepd's oom_kill count and srun's
+A host OOM kill is often seen from the job's side only — slurmstepd's oom_kill count and srun's
 ``task N: Out Of Memory`` line without the kernel's OOM-killer report (NOAA-EMC/global-workflow#1301,
 pepkit/geofetch#13 in the corpus).
 
@@ -69,7 +67,6 @@ class Dialect:
     thermal_form: str = "dcgm4"        # dcgm4 `clocks event due to thermal violation` | dcgm3 `clock throttling …` | smi
     oom_stack: str = "torch"           # torch | hip | xla | cublas | vllm (who words a GPU OOM)
     thermal_table: bool = False        # DCGM forms: a `dcgmi diag` result table, text wrapped mid-word
-    rank_prefix: str = "glog"          # per-rank lines behind glog `I… train.py:318] [rankN] step` | mpi `[1,N]<stdout>:step`
     host_oom_seen: str = "kernel"      # kernel: the OOM killer's lines are in the log too | job: only the job's own lines
 
     @classmethod
@@ -85,7 +82,7 @@ class Dialect:
                    timing_report=str(rng.choice(["none", "megatron_timers", "megatron_straggler"])),
                    thermal_form=str(rng.choice(["dcgm4", "dcgm3", "smi"])),
                    oom_stack=str(rng.choice(list(OOM_STACKS))), thermal_table=coin(),
-                   rank_prefix="mpi" if coin() else "glog", host_oom_seen="job" if coin() else "kernel")
+                   host_oom_seen="job" if coin() else "kernel")
 
     def names(self) -> dict[str, object]:
         """The variants drawn for the run (for truth.json): those that differ from the default wording. A
