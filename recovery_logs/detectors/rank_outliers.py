@@ -170,13 +170,13 @@ def progress_outliers(findings: pl.DataFrame, ctx: DetectContext, ratio: float, 
                  & ~pl.col("rule_id").fill_null("").str.starts_with("detector.") & ~pl.col("rule_id").is_in(list(exclude))))
     if p.is_empty():
         return []
-    p = with_rank(p).filter(pl.col("rank").is_not_null())
     key = ["job_id", "rule_id", "step"]
-    r = p.group_by([*key, "host", "rank"]).agg(st.median().alias("t"), pl.col("time").max().alias("tm"))
-    first = (r.select("job_id", "rule_id", "step").unique()
+    # the job's first steps only, before the ranks are read from the messages (a fleet has 100k+ progress rows)
+    first = (p.select("job_id", "rule_id", "step").unique()
              .with_columns(pl.col("step").rank("dense").over(["job_id", "rule_id"]).alias("k"))
              .filter(pl.col("k") <= first_steps).drop("k"))
-    r = r.join(first, on=key, how="inner")
+    p = with_rank(p.join(first, on=key, how="inner")).filter(pl.col("rank").is_not_null())
+    r = p.group_by([*key, "host", "rank"]).agg(st.median().alias("t"), pl.col("time").max().alias("tm"))
     r = r.with_columns(pl.col("t").median().over(key).alias("med"), pl.len().over(key).alias("n"),
                        pl.col("tm").max().over(key).alias("gt"))
     r = r.filter((pl.col("n") >= min_ranks) & (pl.col("med") > 0))
