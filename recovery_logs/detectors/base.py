@@ -96,13 +96,16 @@ def upto(findings: pl.DataFrame, watermark_ns: int) -> pl.DataFrame:
 
 
 
-_RANK_RE = r"(?i)\[rank(\d+)\]|\brank[ =:]?(\d+)\b"
+# [rank3] / rank=3 / rank 3 / Lightning "[rank: 3]"; torchrun --tee "[default3]:" (local rank: one node's
+# file) and Open MPI --tag-output "[1,3]<stdout>:" (jobid,rank)
+_RANK_RE = r"(?i)\[rank(\d+)\]|\brank(?:[ =]|: ?)?(\d+)\b|^\s*\[default(\d+)\]:|\[\d+,(\d+)\]<std(?:out|err)>"
 
 
 def with_rank(findings: pl.DataFrame) -> pl.DataFrame:
-    """Fill a null ``rank`` from the message (``[rank3]``, ``rank=3``, ``rank 3``) when a rule did not."""
+    """Fill a null ``rank`` from the message (``[rank3]``, ``rank=3``, ``rank 3``, ``[rank: 3]``,
+    ``[default3]:``, ``[1,3]<stdout>``) when a rule did not."""
     m = pl.col("message").str.extract_groups(_RANK_RE)
-    from_msg = pl.coalesce(m.struct.field("1"), m.struct.field("2")).cast(pl.Int32, strict=False)
+    from_msg = pl.coalesce(*(m.struct.field(str(k)) for k in range(1, 5))).cast(pl.Int32, strict=False)
     return findings.with_columns(pl.coalesce(pl.col("rank"), from_msg).alias("rank"))
 
 

@@ -40,6 +40,15 @@ Timing *reports* that already compare ranks are evidence without minutes of per-
 * **nvidia-resiliency-ext** warnings are ``investigate`` by rule; the same node named in
   ``nvrx_persist`` reports (or all worst-scored ranks ``<= nvrx_score`` on one node in that many
   score blocks) is a slow node (``drain_node_and_requeue``).
+* **Megatron ``Bottom N Ranks with lowest Etpt``** lines (``--straggler-minmax-count``), the
+  nvidia-resiliency-ext example's ``Rank R GPUs relative/individual perf: {rank: score}`` dicts and a
+  single ``GPU relative performance`` score block: one report whose slowest rank is an outlier
+  (below) is ``investigate`` naming the rank — a report, not yet a persistent slow node.
+* **per-rank outlier** on short evidence (an excerpt, or the first steps of a job): per step of
+  one progress rule, 3+ ranks' step times; a rank at ``>= outlier_ratio`` × the step median with a
+  robust z ``>= min_z`` (scale floored at ``outlier_rel_floor`` of the median) in two of the job's
+  first ``outlier_steps`` steps, or once at ``outlier_single_ratio``: ``investigate`` naming the
+  rank; never a drain (a few steps cannot show persistence; the windowed verdicts do).
 * **job slowdown**: a job's step time (one progress stream) at ``slowdown_ratio`` × the median of
   the ``slowdown_window`` reports before for ``slowdown_persist`` reports in a row: ``investigate`` (no peer to compare with, so
   never a drain; single spikes — checkpoint saves, evaluation — do not persist).
@@ -56,6 +65,7 @@ import numpy as np
 import polars as pl
 
 from recovery_logs.detectors.base import DetectContext, synthetic_findings, upto, with_rank
+from recovery_logs.detectors.rank_outliers import LIST_RULES, list_report_verdicts, progress_outliers
 from recovery_logs.schema import empty_findings
 from recovery_logs.timeutil import NS, ns_to_iso
 
@@ -86,6 +96,11 @@ class StragglerDetector:
     slowdown_persist: int = 3
     slowdown_baseline: int = 3
     slowdown_window: int = 20
+    outlier_ratio: float = 1.3
+    outlier_rel_floor: float = 0.05
+    outlier_min_ranks: int = 3
+    outlier_single_ratio: float = 1.5
+    outlier_steps: int = 5
     name: str = "straggler"
 
     def window_scores(self, findings: pl.DataFrame, ctx: DetectContext) -> tuple[pl.DataFrame, pl.DataFrame]:
@@ -162,6 +177,7 @@ class StragglerDetector:
             wn = int(self.window_s * NS)
             rows = self._slow_nodes(hs, wn) + self._imbalance(rs, hs, wn)
         rows += report_verdicts(self, findings, ctx)
+        rows += rank_outliers(self, findings, ctx)
         if rows:
             thermal_hosts(rows, findings, ctx)
         return synthetic_findings(self.name, rows) if rows else empty_findings()
@@ -477,7 +493,30 @@ def _nvrx(det: StragglerDetector, job: str, warns: list[dict], scores: list[dict
                     "message": (f"nvidia-resiliency-ext named {node} (ranks {', '.join(map(str, slow[:8]))}) as a "
                                 f"straggler in {n} reports — a slow node"),
                     "detail": {"kind": "nvrx_node", "reports": n, "ranks": slow}})
-    return out
+    if out or warns:          # a warning is already an investigate finding of its own (rules/progress.toml)
+        return out
+    # one score block (or blocks naming different nodes): its worst rank at or below the threshold
+    worst = [(float(sc), int(rk), node, _t(s)) for s in scores for rk, node, sc in _SCORE_ROW.findall(s["message"])
+             if float(sc) <= det.nvrx_score]
+    if not worst:
+        return out
+    sc, rk, node, t = min(worst)
+    return [{"time_ns": t, "host": None, "job_id": job, "rank": rk, "category": "straggler", "severity": "low",
+             "role": "cause", "action": "investigate",
+             "message": (f"nvidia-resiliency-ext scored rank {rk} on {node} at {sc:.2f} (1.0 = the best rank; "
+                         f"threshold {det.nvrx_score:.2f}) — a straggler to investigate (not repeated on one node)"),
+             "detail": {"kind": "nvrx_score", "rank": rk, "node": node, "score": sc}}]
+
+
+def rank_outliers(det: StragglerDetector, findings: pl.DataFrame, ctx: DetectContext) -> list[dict]:
+    """Short-evidence verdicts (``rank_outliers.py``): a report listing per-rank values, and per-rank
+    progress lines with an outlier rank in the job's first steps. Both are made once, at the report
+    or step that decides them, so any watermark split gives the same findings."""
+    rows = list_report_verdicts(findings, ctx, det.outlier_ratio, det.min_z, det.outlier_rel_floor,
+                                det.outlier_min_ranks)
+    return rows + progress_outliers(findings, ctx, det.outlier_ratio, det.outlier_single_ratio, det.min_z,
+                                    det.outlier_rel_floor, det.outlier_min_ranks, det.outlier_steps,
+                                    REPORT_RULES + LIST_RULES)
 
 
 _SLOWDOWN_COLS = ("time", "seq", "job_id", "host", "rank", "rule_id", "role", "step_time_s")
@@ -517,4 +556,4 @@ def _slowdowns(det: StragglerDetector, f: pl.DataFrame) -> list[dict]:
     return out
 
 
-__all__ = ["REPORT_RULES", "StragglerDetector", "report_verdicts"]
+__all__ = ["REPORT_RULES", "StragglerDetector", "rank_outliers", "report_verdicts"]

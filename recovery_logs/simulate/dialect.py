@@ -28,6 +28,10 @@ Out of memory while trying to allocate N bytes.``), cuBLAS failing to create its
 corpus's ``d5g-*`` OOM excerpts (ROCm/TheRock#2118-style HIP pastes, jax-ml/jax#13428,
 QwenLM/Qwen3#873, vllm-project/vllm#10439), values from the simulated cluster.
 
+A host OOM kill is often seen from the job's side only — slurmstepd's oom_kill count and srun's
+``task N: Out Of Memory`` line without the kernel's OOM-killer report (NOAA-EMC/global-workflow#1301,
+pepkit/geofetch#13 in the corpus).
+
 A ``Dialect`` is drawn once per scenario run from its own random stream (so the other lines of a
 run keep their bytes); ``Dialect()`` is the wording the simulator wrote before variants existed.
 """
@@ -63,6 +67,7 @@ class Dialect:
     thermal_form: str = "dcgm4"        # dcgm4 `clocks event due to thermal violation` | dcgm3 `clock throttling …` | smi
     oom_stack: str = "torch"           # torch | hip | xla | cublas | vllm (who words a GPU OOM)
     thermal_table: bool = False        # DCGM forms: a `dcgmi diag` result table, text wrapped mid-word
+    host_oom_seen: str = "kernel"      # kernel: the OOM killer's lines are in the log too | job: only the job's own lines
 
     @classmethod
     def draw(cls, rng: np.random.Generator) -> Dialect:
@@ -76,7 +81,8 @@ class Dialect:
                    rank_timing="phase" if coin() else "step_time",
                    timing_report=str(rng.choice(["none", "megatron_timers", "megatron_straggler"])),
                    thermal_form=str(rng.choice(["dcgm4", "dcgm3", "smi"])),
-                   oom_stack=str(rng.choice(list(OOM_STACKS))), thermal_table=coin())
+                   oom_stack=str(rng.choice(list(OOM_STACKS))), thermal_table=coin(),
+                   host_oom_seen="job" if coin() else "kernel")
 
     def names(self) -> dict[str, object]:
         """The variants drawn for the run (for truth.json): those that differ from the default wording. A

@@ -414,19 +414,24 @@ def host_oom(s: Script, f: Spec) -> Fault:
     rank = _rank(s, k, f.gpu)
     pid = c.pid(rank)
     job = c.job_id
-    s.kern(f.t - 2_000_000, k, "python3 invoked oom-killer: gfp_mask=0x140cca(GFP_HIGHUSER_MOVABLE|__GFP_COMP), "
-           "order=0, oom_score_adj=0")
-    s.kern(f.t - 1_000_000, k, f"oom-kill:constraint=CONSTRAINT_MEMCG,nodemask=(null),cpuset=/,mems_allowed=0-1,"
-           f"oom_memcg=/slurm/uid_1000/job_{job},task_memcg=/slurm/uid_1000/job_{job}/step_0/task_{rank % c.gpus_per_node},"
-           f"task=python3,pid={pid},uid=1000")
-    t = s.kern(f.t, k, f"Memory cgroup out of memory: Killed process {pid} (python3) total-vm:412345678kB, "
-               "anon-rss:229145312kB, file-rss:1048576kB, shmem-rss:8388608kB, UID:1000 pgtables:461824kB oom_score_adj:0")
+    t = f.t
+    if s.dialect.host_oom_seen == "kernel":   # else only the job's side (slurmstepd, srun) is in the logs
+        s.kern(f.t - 2_000_000, k, "python3 invoked oom-killer: gfp_mask=0x140cca(GFP_HIGHUSER_MOVABLE|__GFP_COMP), "
+               "order=0, oom_score_adj=0")
+        s.kern(f.t - 1_000_000, k, f"oom-kill:constraint=CONSTRAINT_MEMCG,nodemask=(null),cpuset=/,mems_allowed=0-1,"
+               f"oom_memcg=/slurm/uid_1000/job_{job},task_memcg=/slurm/uid_1000/job_{job}/step_0/task_{rank % c.gpus_per_node},"
+               f"task=python3,pid={pid},uid=1000")
+        t = s.kern(f.t, k, f"Memory cgroup out of memory: Killed process {pid} (python3) total-vm:412345678kB, "
+                   "anon-rss:229145312kB, file-rss:1048576kB, shmem-rss:8388608kB, UID:1000 pgtables:461824kB oom_score_adj:0")
     t2 = sc.child_failed(s, f.t + s.jitter(0.5, 2), rank, -9)
     msg = (f"Detected 1 oom-kill event(s) in step {job}.0 cgroup. Some of your processes may have been killed by "
            "the cgroup out-of-memory handler." if s.dialect.oomkill_old else
            f"Detected 1 oom_kill event in StepId={job}.0. Some of the step tasks have been OOM Killed.")
     s.job(t2, k, f"slurmstepd: error: {msg}")
     s.slurmd(t2, k, f"[{job}.0] error: {msg}")
+    if s.dialect.host_oom_seen == "job":      # SchedMD/slurm src/srun: "%s: task %s: Out Of Memory"
+        s.job(t2 + 1_000_000, k, f"srun: error: {c.nodes[k]}: task {rank}: Out Of Memory")
+        t = t2
     end = sc.remote_failure(s, t2, {k})
     sc.job_end_lines(s, end + s.jitter(1, 3), "failed")
     return Fault(kind="host_oom", category="oom_host", culprit_node=k, culprit_gpu=None, node_fault=False, fault_t=t,

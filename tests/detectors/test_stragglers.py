@@ -24,6 +24,12 @@ def end_ctx(f: pl.DataFrame, **kw) -> DetectContext:
     return DetectContext(watermark_ns=int(f["time"].dt.epoch("ns").max()), **kw)
 
 
+def early(out: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """(the short-evidence rank-outlier verdicts of the first steps, the windowed/report verdicts)."""
+    k = pl.col("detail").str.contains('"kind": "rank_outlier"')
+    return out.filter(k), out.filter(~k)
+
+
 def test_slow_node_proposes_drain_of_that_node():
     f = synth.findings(synth.training_job("j1", HOSTS, 4, 300, 1.0, slow={"n2": 1.3}))
     out = DET.detect(f, NONE, end_ctx(f))
@@ -56,15 +62,18 @@ def test_shifting_slow_ranks_is_imbalance():
         part = synth.training_job("j3", HOSTS, 4, 75, 1.0, t0=75.0 * k, slow_ranks={rank: 1.4}, seed=k)
         rows += [dict(r, step=r["step"] + 75 * k) for r in part]
     f = synth.findings(rows)
-    out = DET.detect(f, NONE, end_ctx(f))
+    first, out = early(DET.detect(f, NONE, end_ctx(f)))
     assert out["action"].to_list() == ["investigate"]
     assert json.loads(out["detail"][0])["shifting"] is True
+    # rank 2, alone slow in the first steps, is named early (investigate, never a drain)
+    assert first["action"].to_list() == ["investigate"] and json.loads(first["detail"][0])["rank"] == 2
 
 
 def test_single_rank_per_host_never_drains():
     f = synth.findings(synth.training_job("j4", HOSTS, 1, 300, 1.0, slow={"n1": 1.4}))
-    out = DET.detect(f, NONE, end_ctx(f))
+    first, out = early(DET.detect(f, NONE, end_ctx(f)))
     assert out["action"].to_list() == ["investigate"]
+    assert first["action"].to_list() == ["investigate"] and json.loads(first["detail"][0])["rank"] == 1
 
 
 def test_healthy_job_and_rankless_progress_are_quiet():
@@ -88,7 +97,8 @@ def test_incremental_watermarks_equal_one_final_call(cuts, seed):
     f = synth.findings(rows)
     end = int(f["time"].dt.epoch("ns").max())
     final = DET.detect(f, NONE, DetectContext(end))
-    assert sorted(final["action"].to_list()) == ["drain_node_and_requeue", "investigate"]
+    assert sorted(early(final)[1]["action"].to_list()) == ["drain_node_and_requeue", "investigate"]
+    assert set(early(final)[0]["action"].to_list()) <= {"investigate"}   # early rank verdicts never drain
     seen = []
     for c in sorted(cuts):
         w = synth.T0 + int(c * NS)

@@ -1,0 +1,216 @@
+"""One slow rank among its peers, from what a short log shows (issue 13 §3).
+
+The windowed straggler verdicts (``stragglers.py``) need minutes of per-rank lines; an excerpt, or
+the first minutes of a job, has a handful. What an operator still reads from a few lines:
+
+* **per-rank progress lines** (any ``progress`` rule that gives a step and a step time, with the rank
+  from the rule or the line's prefix — torchrun ``[rankN]:``/``[defaultN]:``, Lightning ``[rank: N]``,
+  Open MPI ``[1,N]<stdout>:``): per step, 3+ ranks compared; a rank that is an outlier in two of the
+  job's first steps (or once by a wide margin);
+* **reports that list per-rank values** in one line: Megatron's ``^^^^ Bottom N Ranks with lowest
+  Etpt(TF): v/r, …`` (``--straggler-minmax-count``; read with its ``Top`` line when present) and the
+  nvidia-resiliency-ext example's ``Rank R GPUs relative perf: {rank: score, …}`` dicts.
+
+Both are ``investigate`` naming the rank(s), never a drain: a few lines cannot show that the
+slowness persists, nor separate a slow GPU from imbalance. Pure functions over the findings frame.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Hashable
+from dataclasses import dataclass
+from datetime import datetime
+
+import numpy as np
+import polars as pl
+
+from recovery_logs.detectors.base import DetectContext, upto, with_rank
+
+MEGATRON_ETPT = "progress.megatron_etpt_extremes"
+NVRX_PERF_DICT = "progress.nvrx_perf_dict"
+LIST_RULES = (MEGATRON_ETPT, NVRX_PERF_DICT)
+
+# megatron/core/utils.py StragglerDetector.report(): " {value}/{rank}," per rank (value "%.2f" or "%.2fTF")
+_ETPT_PAIR = re.compile(r"(\d+(?:\.\d+)?)(?:TF)?/(\d+)")
+_ETPT_LINE = re.compile(r"(Bottom|Top)\s+\d+ Ranks with (?:lowest|highest)\s+Etpt\(TF\):([^\n]*)")
+# nvidia-resiliency-ext examples/straggler/example.py: f"Rank {local_rank} GPUs relative perf: {dict}"
+_DICT_PAIR = re.compile(r"(\d+): (\d+(?:\.\d+)?)")
+
+
+@dataclass(frozen=True)
+class Outlier:
+    """The slow rank(s) of one comparison: ``ranks`` slowest first, ``ratio`` of the slowest to the
+    others' median (in step-time terms: a throughput or score is inverted first)."""
+
+    ranks: tuple[Hashable, ...]
+    ratio: float
+    z: float
+    slow: float
+    ref: float
+
+
+def slow_outliers(slowness: dict[Hashable, float], ratio: float, min_z: float, rel_floor: float,
+                  min_ranks: int) -> Outlier | None:
+    """The ranks slower than their peers: each at ``>= ratio`` × the median of the ranks that are not
+    slow and a robust z (``1.4826·MAD`` of those, floored at ``rel_floor`` × median) ``>= min_z``.
+    ``slowness`` is a step time per rank (larger = slower). Fewer than ``min_ranks`` ranks, or more
+    than a third of them slow (then it is the job, not a rank): None."""
+    vals = {r: v for r, v in slowness.items() if np.isfinite(v) and v > 0}
+    if len(vals) < min_ranks:
+        return None
+    order = sorted(vals, key=lambda r: (-vals[r], str(r)))
+    slow: list[Hashable] = []
+    for r in order[: max(1, len(vals) // 3)]:
+        rest = np.array([vals[k] for k in order if k not in slow and k != r])
+        med = float(np.median(rest))
+        scale = max(1.4826 * float(np.median(np.abs(rest - med))), rel_floor * med, 1e-12)
+        if med > 0 and vals[r] >= ratio * med and (vals[r] - med) / scale >= min_z:
+            slow.append(r)
+        else:
+            break
+    if not slow:
+        return None
+    rest = np.array([vals[k] for k in order if k not in slow])
+    med = float(np.median(rest))
+    scale = max(1.4826 * float(np.median(np.abs(rest - med))), rel_floor * med, 1e-12)
+    if sum(v >= ratio * med for v in vals.values()) > len(slow):   # more slow-looking ranks than the cap
+        return None
+    top = vals[slow[0]]
+    return Outlier(tuple(slow), top / med, (top - med) / scale, top, med)
+
+
+def _name(k: Hashable) -> str:
+    return f"{k[1]} on {k[0]}" if isinstance(k, tuple) else str(k)
+
+
+def _who(o: Outlier) -> str:
+    shown = ", ".join(map(_name, o.ranks[:8])) + (" …" if len(o.ranks) > 8 else "")
+    return f"rank {shown}" if len(o.ranks) == 1 else f"ranks {shown}"
+
+
+def etpt_values(message: str) -> dict[int, float]:
+    """Rank -> estimated TFLOPs from Megatron's Bottom/Top Etpt lines (one record or two)."""
+    out: dict[int, float] = {}
+    for _, body in _ETPT_LINE.findall(message):
+        for v, r in _ETPT_PAIR.findall(body):
+            out.setdefault(int(r), float(v))
+    return out
+
+
+def dict_values(message: str) -> dict[int, float]:
+    """Rank -> score from an nvidia-resiliency-ext ``{rank: score}`` dict (1.0 = best)."""
+    body = message[message.find("{"):] if "{" in message else ""
+    return {int(r): float(v) for r, v in _DICT_PAIR.findall(body)}
+
+
+def _rank(k: Hashable) -> int:
+    v = k[1] if isinstance(k, tuple) else k        # ranks are ints, or (host, int)
+    return int(v) if isinstance(v, (int, float, str)) else -1
+
+
+def _row(job: str, t: int, o: Outlier, message: str, kind: str) -> dict:
+    return {"time_ns": t, "host": None, "job_id": job, "rank": _rank(o.ranks[0]), "category": "straggler",
+            "severity": "low", "role": "cause", "action": "investigate", "message": message,
+            "detail": {"kind": kind, "ranks": [_name(k) for k in o.ranks], "ratio": round(o.ratio, 4),
+                       "z": round(min(o.z, 1e6), 2)}}
+
+
+def _t(v: datetime | int) -> int:
+    return int(v.timestamp() * 1e9) if isinstance(v, datetime) else int(v)
+
+
+def list_report_verdicts(findings: pl.DataFrame, ctx: DetectContext, ratio: float, min_z: float,
+                         rel_floor: float, min_ranks: int) -> list[dict]:
+    """Per job, the first report line listing per-rank values whose slowest rank is an outlier."""
+    rep = upto(findings.filter(pl.col("rule_id").is_in(LIST_RULES) & pl.col("job_id").is_not_null()),
+               ctx.watermark_ns).sort(["time", "seq"], nulls_last=True)
+    rows: list[dict] = []
+    for (job,), g in rep.group_by(["job_id"], maintain_order=True):
+        recs = list(g.select("time", "rule_id", "message").iter_rows(named=True))
+        for i, r in enumerate(recs):
+            if r["rule_id"] == MEGATRON_ETPT:
+                msg = r["message"]
+                # a Bottom line and the Top line after it are one report
+                if i + 1 < len(recs) and recs[i + 1]["rule_id"] == MEGATRON_ETPT and "Top" in recs[i + 1]["message"]:
+                    msg += "\n" + recs[i + 1]["message"]
+                vals = etpt_values(msg)
+                label = "Megatron lowest/highest Etpt report"
+            else:
+                vals = dict_values(r["message"])
+                label = "nvidia-resiliency-ext per-rank GPU performance scores"
+            o = slow_outliers({k: 1.0 / v for k, v in vals.items() if v > 0}, ratio, min_z, rel_floor, min_ranks)
+            if o is None:
+                continue
+            rows.append(_row(job, _t(r["time"]), o,
+                             f"{label}: {_who(o)} at {1 / o.slow:.2f} vs {1 / o.ref:.2f} on the other ranks "
+                             f"({o.ratio:.2f}x slower) in one report — a straggler to investigate (one report cannot "
+                             "show that it persists)", "list_report"))
+            break
+    return rows
+
+
+_COLS = ("time", "seq", "job_id", "host", "rank", "rule_id", "role", "message", "step", "step_time_s")
+
+
+def progress_outliers(findings: pl.DataFrame, ctx: DetectContext, ratio: float, single_ratio: float, min_z: float,
+                      rel_floor: float, min_ranks: int, first_steps: int, exclude: tuple[str, ...]) -> list[dict]:
+    """Per (job, progress rule) and step, the ranks' step times compared: a rank is an outlier in a
+    step at ``>= ratio`` × the step's median with robust z ``>= min_z``, the only such rank of the step
+    (3+ ranks; several slow ranks are a slow node or imbalance — the windowed verdicts). A rank that is an outlier in two of the job's first ``first_steps`` steps, or in
+    one at ``>= single_ratio``, is named (one finding per job, at the step that decides it).
+
+    Stable under any watermark: a step's comparison uses only its own rows, and the finding is the
+    first step (in event time) that decides it — a later watermark finds the same step, an earlier
+    one nothing. A rank is (host, rank) so torchrun's per-node ``[defaultN]`` local ranks stay apart."""
+    st = pl.col("step_time_s")
+    p = (upto(findings.select(_COLS), ctx.watermark_ns)
+         .filter((pl.col("role") == "progress") & pl.col("job_id").is_not_null() & pl.col("step").is_not_null()
+                 & st.is_not_null() & st.is_finite() & (st > 0)
+                 & ~pl.col("rule_id").fill_null("").str.starts_with("detector.") & ~pl.col("rule_id").is_in(list(exclude))))
+    if p.is_empty():
+        return []
+    key = ["job_id", "rule_id", "step"]
+    # the job's first steps only, before the ranks are read from the messages (a fleet has 100k+ progress rows)
+    first = (p.select("job_id", "rule_id", "step").unique()
+             .with_columns(pl.col("step").rank("dense").over(["job_id", "rule_id"]).alias("k"))
+             .filter(pl.col("k") <= first_steps).drop("k"))
+    p = with_rank(p.join(first, on=key, how="inner")).filter(pl.col("rank").is_not_null())
+    r = p.group_by([*key, "host", "rank"]).agg(st.median().alias("t"), pl.col("time").max().alias("tm"))
+    r = r.with_columns(pl.col("t").median().over(key).alias("med"), pl.len().over(key).alias("n"),
+                       pl.col("tm").max().over(key).alias("gt"))
+    r = r.filter((pl.col("n") >= min_ranks) & (pl.col("med") > 0))
+    if r.is_empty():
+        return []
+    r = r.with_columns((pl.col("t") - pl.col("med")).abs().median().over(key).alias("mad"))
+    scale = pl.max_horizontal(1.4826 * pl.col("mad"), rel_floor * pl.col("med"), pl.lit(1e-12))
+    r = r.with_columns((pl.col("t") / pl.col("med")).alias("ratio"), ((pl.col("t") - pl.col("med")) / scale).alias("z"))
+    r = r.with_columns(((pl.col("ratio") >= ratio) & (pl.col("z") >= min_z)).alias("flag"))
+    r = r.with_columns(pl.col("flag").sum().over(key).alias("nflag"))
+    # one rank alone: several slow ranks in a step are a slow node or imbalance, for the windowed verdicts
+    hit = (r.filter(pl.col("flag") & (pl.col("nflag") == 1))
+           .sort(["gt", "step"])
+           .with_columns(pl.int_range(pl.len()).over(["job_id", "rule_id", "host", "rank"]).alias("i")))
+    hit = hit.filter((pl.col("i") >= 1) | (pl.col("ratio") >= single_ratio))
+    if hit.is_empty():
+        return []
+    rows = []
+    for (job,), g in hit.sort(["gt", "ratio"], descending=[False, True]).group_by(["job_id"], maintain_order=True):
+        top = g.row(0, named=True)
+        one_host = p.filter(pl.col("job_id") == job)["host"].n_unique() == 1
+        who = f"rank {top['rank']}" + ("" if one_host else f" on {top['host']}")
+        seen = "one step" if top["i"] == 0 else f"{top['i'] + 1} steps"
+        rows.append({"time_ns": _t(top["gt"]), "host": None, "job_id": job, "rank": int(top["rank"]),
+                     "category": "straggler", "severity": "low", "role": "cause", "action": "investigate",
+                     "message": (f"{who} slower than the other ranks: {top['t']:.3f} s vs the median {top['med']:.3f} s "
+                                 f"at step {top['step']} ({top['ratio']:.2f}x, robust z {min(top['z'], 999):.1f}; "
+                                 f"an outlier in {seen} of {top['rule_id']}) — a straggler to investigate (a slow GPU "
+                                 "or node, or imbalance; too few steps to show it persists)"),
+                     "detail": {"kind": "rank_outlier", "rank": int(top["rank"]), "host": top["host"],
+                                "step": int(top["step"]), "ratio": round(float(top["ratio"]), 4),
+                                "steps": int(top["i"]) + 1}})
+    return rows
+
+
+__all__ = ["LIST_RULES", "MEGATRON_ETPT", "NVRX_PERF_DICT", "Outlier", "dict_values", "etpt_values",
+           "list_report_verdicts", "progress_outliers", "slow_outliers"]

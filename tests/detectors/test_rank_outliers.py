@@ -1,0 +1,99 @@
+"""Short-evidence straggler verdicts (``detectors/rank_outliers.py``): a few per-rank lines with one
+slow rank, and reports that list per-rank values in one line. Line formats from the projects' own
+source (named in ``rules/progress.toml``); runs go through ``replay`` like any log."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from recovery_logs.detectors.rank_outliers import dict_values, etpt_values, slow_outliers
+from recovery_logs.pipeline.replay import ReplayOptions, replay
+
+
+def run(root: Path, lines: list[str], name: str = "gpu-c1.out") -> list:
+    job = root / "job-6160"
+    job.mkdir(parents=True)
+    (job / name).write_text("\n".join(lines) + "\n")
+    return [i for i in replay([job], ReplayOptions()).incidents if i.category == "straggler"]
+
+
+def kinds(inc) -> list[str]:
+    return [a.kind for a in inc.actions]
+
+
+def test_slow_outliers_names_the_slow_rank_and_not_the_noise() -> None:
+    o = slow_outliers({0: 1.00, 1: 1.02, 2: 0.99, 3: 1.61, 4: 1.01}, 1.3, 3.5, 0.05, 3)
+    assert o is not None and o.ranks == (3,) and o.ratio == pytest.approx(1.61 / 1.005, rel=1e-3)
+    # 10 % spread is normal jitter, a job-wide slowdown (half the ranks slow) is not one rank's fault
+    assert slow_outliers({0: 1.0, 1: 1.1, 2: 0.95, 3: 1.05}, 1.3, 3.5, 0.05, 3) is None
+    assert slow_outliers({0: 1.0, 1: 2.0, 2: 2.0, 3: 1.0}, 1.3, 3.5, 0.05, 3) is None
+    assert slow_outliers({0: 1.0, 1: 3.0}, 1.3, 3.5, 0.05, 3) is None        # two ranks: who is slow?
+
+
+def test_report_parsers_read_every_pair() -> None:
+    # megatron/core/README_STRAGGLER.md lines, srun label and logger prefix kept
+    msg = (" 0: INFO:megatron.core.utils:^^^^ Bottom 4 Ranks with lowest  Etpt(TF): 296.02/0, 296.17/2, 296.23/1, "
+           "296.23/4,\n 0: INFO:megatron.core.utils:^^^^ Top    4 Ranks with highest Etpt(TF): 297.28/15, 297.28/11, "
+           "297.32/12, 297.32/8,")
+    assert etpt_values(msg) == {0: 296.02, 2: 296.17, 1: 296.23, 4: 296.23, 15: 297.28, 11: 297.28, 12: 297.32,
+                                8: 297.32}
+    assert dict_values("Rank 0 GPUs relative perf: {0: 0.9912, 1: 1.0, 2: 0.4871}") == {0: 0.9912, 1: 1.0, 2: 0.4871}
+
+
+def rank_lines(slow: int | None, n_ranks: int = 4, steps: int = 3) -> list[str]:
+    # the per-rank step form the progress rules read behind torchrun's "[rankN]:" prefix
+    out = []
+    for s in range(steps):
+        for r in range(n_ranks):
+            t = 0.452 + 0.003 * ((r + s) % 3) + (0.47 if r == slow else 0.0)
+            out.append(f"[rank{r}]: step {10 * (s + 1)} step_time={t:.3f}s")
+    return out
+
+
+def test_one_slow_rank_in_a_few_lines_is_investigate_naming_it(tmp_path: Path) -> None:
+    got = run(tmp_path, rank_lines(slow=2))
+    assert len(got) == 1 and kinds(got[0]) == ["investigate"]
+    assert "rank 2 slower than the other ranks" in got[0].cause
+
+
+def test_even_ranks_and_a_job_wide_slowdown_are_no_straggler(tmp_path: Path) -> None:
+    assert run(tmp_path / "a", rank_lines(slow=None)) == []
+    lines = [f"[rank{r}]: step {10 * (s + 1)} step_time={0.45 if s < 2 else 0.9:.3f}s" for s in range(3) for r in range(4)]
+    assert run(tmp_path / "b", lines) == []
+
+
+def test_mpi_tagged_lines_carry_their_rank(tmp_path: Path) -> None:
+    # Open MPI --tag-output "[jobid,rank]<stdout>:" in front of a per-rank step line
+    lines = [f"[1,{r}]<stdout>:step {10 * (s + 1)} step_time={(1.9 if r == 5 else 1.0) + 0.01 * s:.2f}s"
+             for s in range(2) for r in range(8)]
+    got = run(tmp_path, lines)
+    assert len(got) == 1 and "rank 5" in got[0].cause
+
+
+def test_megatron_etpt_report_with_one_low_rank_is_investigate(tmp_path: Path) -> None:
+    lines = [" 0: INFO:megatron.core.utils:^^^^ Bottom 4 Ranks with lowest  Etpt(TF): 151.40/6, 296.17/2, 296.23/1, "
+             "296.23/4,",
+             " 0: INFO:megatron.core.utils:^^^^ Top    4 Ranks with highest Etpt(TF): 297.28/15, 297.28/11, 297.32/12, "
+             "297.32/8,"]
+    got = run(tmp_path, lines)
+    assert len(got) == 1 and kinds(got[0]) == ["investigate"] and "rank 6" in got[0].cause
+
+
+def test_balanced_etpt_report_from_the_readme_does_not_alarm(tmp_path: Path) -> None:
+    lines = [" 0: INFO:megatron.core.utils:^^^^ Bottom 4 Ranks with lowest  Etpt(TF): 296.02/0, 296.17/2, 296.23/1, "
+             "296.23/4,",
+             " 0: INFO:megatron.core.utils:^^^^ Top    4 Ranks with highest Etpt(TF): 297.28/15, 297.28/11, 297.32/12, "
+             "297.32/8,"]
+    assert run(tmp_path, lines) == []
+
+
+def test_nvrx_score_dict_and_single_score_block(tmp_path: Path) -> None:
+    got = run(tmp_path / "a", ["Rank 0 GPUs relative perf: {0: 0.9912, 1: 1.0, 2: 0.4871, 3: 0.9954}"])
+    assert len(got) == 1 and "rank 2" in got[0].cause and kinds(got[0]) == ["investigate"]
+    block = ["[NeMo I 2024-09-12 10:15:02 straggler_det_callback:167] ", "GPU relative performance:",
+             " Worst performing 3/64 ranks:", "  Rank=13 Node=nid001234 Score=0.62", "  Rank=12 Node=nid001234 Score=0.97",
+             "  Rank=40 Node=nid001240 Score=0.98"]
+    got = run(tmp_path / "b", block)
+    assert len(got) == 1 and kinds(got[0]) == ["investigate"] and "rank 13 on nid001234" in got[0].cause
