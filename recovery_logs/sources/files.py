@@ -17,7 +17,8 @@ Semantics, shared by every format (details in ``read_text`` and ``read_common``)
 
 Directories are walked recursively in sorted order; hidden files, ``truth.json`` and files that
 are clearly not logs (binary content, images, archives, code, docs) are skipped and counted as
-``skipped``. A path named explicitly is always read.
+``skipped``. A stretch of NUL bytes (a log after a hard reset) or a few garbage bytes is not binary
+content: such a file is read, and the NULs a line starts with are dropped (``nul_prefixed``). A path named explicitly is always read.
 """
 
 from __future__ import annotations
@@ -82,8 +83,29 @@ class ReadResult:
     stats: collections.Counter
 
 
+# magic numbers of files that are never logs (ELF, images, PDF, archives, SQLite, compressed other than gzip)
+_BINARY_MAGIC = (b"\x7fELF", b"\x89PNG", b"GIF8", b"\xff\xd8\xff", b"%PDF", b"PK\x03\x04", b"SQLite format 3\x00",
+                 b"\xfd7zXZ\x00", b"BZh", b"\x28\xb5\x2f\xfd", b"\xca\xfe\xba\xbe", b"\xcf\xfa\xed\xfe")
+_NUL_RUN = re.compile(rb"\x00+")
+_TEXT_CONTROL = frozenset(b"\t\n\r\f\v\x08\x1b")
+
+
 def _looks_binary(head: bytes) -> bool:
-    return b"\x00" in head[:8192]
+    """Binary content, not a log with damage in it. A log can hold a stretch of NUL bytes (a crash
+    before the file system wrote the data it had promised: syslog after a hard reset, which is when
+    its lines matter most) or a few garbage bytes; binary formats have a known magic number, NULs
+    scattered through their structure, or control bytes throughout."""
+    head = head[:8192]
+    if head.startswith(_BINARY_MAGIC):
+        return True
+    runs = len(_NUL_RUN.findall(head))
+    if runs > 4:
+        return True
+    rest = _NUL_RUN.sub(b"", head)
+    if not rest:
+        return runs > 0 and len(head) < 8192     # only NULs: a file with no text (a longer one may have it later)
+    control = sum(1 for b in rest if b < 0x20 and b not in _TEXT_CONTROL)
+    return control * 20 > len(rest)              # over 5 % control bytes: random or structured binary
 
 
 def expand_paths(paths: Sequence[str | Path]) -> tuple[list[Path], int]:

@@ -97,6 +97,18 @@ def quarantine_frame(file: str, lines: list[int], reason: str, raws: list[str]) 
                          "raw": raws}, schema=QUARANTINE_SCHEMA)
 
 
+def strip_nul_prefix(lines: pl.DataFrame, stats: collections.Counter) -> pl.DataFrame:
+    """Drop the NUL bytes a line starts with (``text`` column): a crash leaves a stretch of NULs where
+    the file system had promised data, and the first line written after the reboot follows them on the
+    same line. The line itself is kept and parsed; ``nul_prefixed`` counts the lines that had them."""
+    nul = lines["text"].str.starts_with("\x00")
+    n = int(nul.sum())
+    if not n:
+        return lines
+    stats["nul_prefixed"] += n
+    return lines.with_columns(pl.col("text").str.strip_chars_start("\x00"))
+
+
 def cut_raw(expr: pl.Expr) -> pl.Expr:
     """Quarantine ``raw``: at most ~4 KiB of the text."""
     return expr.str.slice(0, QUARANTINE_RAW_BYTES)

@@ -35,6 +35,7 @@ from recovery_logs.sources.read_common import (
     ReadOptions,
     cut_raw,
     empty_quarantine,
+    strip_nul_prefix,
 )
 from recovery_logs.sources.read_text import HEAD_HOLD, _decode, _oversized_raw, group_records, path_field
 
@@ -115,6 +116,8 @@ def _lines(files: Sequence[WholeFile], stats: collections.Counter, quar: list[pl
     df = df.explode("text").with_columns(lineno.explode().alias("lineno"))
     if any(b"\r" in b for b in blobs if b is not None):
         df = df.with_columns(pl.col("text").str.strip_suffix("\r"))
+    if any(b"\x00" in b for b in blobs if b is not None):
+        df = strip_nul_prefix(df, stats)
     stats["lines"] += df.height
     over = df.filter(pl.col("text").str.len_bytes() > MAX_LINE_BYTES)
     if over.height:

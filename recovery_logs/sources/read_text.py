@@ -42,6 +42,7 @@ from recovery_logs.sources.read_common import (
     cut_raw,
     empty_quarantine,
     quarantine_frame,
+    strip_nul_prefix,
 )
 
 CONT_WINDOW = 1000
@@ -219,6 +220,8 @@ class TextParser:
         df = (whole.select(pl.col("text").str.split("\n")).explode("text")
               .with_row_index("lineno", offset=start)
               .with_columns(pl.col("lineno").cast(pl.Int64), pl.col("text").str.strip_suffix("\r")))
+        if b"\x00" in complete:
+            df = strip_nul_prefix(df, stats)
         n = df.height
         self._next_line = start + n
         stats["lines"] += n

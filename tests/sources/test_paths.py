@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import gzip
 
+import polars as pl
 import pytest
 
 from recovery_logs.sources.files import ReadOptions, detect_format, expand_paths, read_paths
 from recovery_logs.sources.read_common import DEFAULT_PATH_HOST_REGEX, DEFAULT_PATH_JOB_REGEX
-from recovery_logs.sources.read_text import path_field
+from recovery_logs.sources.read_text import TextParser, path_field
 
 from .conftest import FIX
 
@@ -86,3 +87,42 @@ def test_timezone_option_for_zoneless_times(tmp_path):
     p.write_text("Jul 01 12:00:00 gpu-n01 kernel: summer\n")
     r = read_paths([p], ReadOptions(year=2026, tz="Europe/Berlin"))
     assert r.events["time"].dt.strftime("%Y-%m-%dT%H:%M:%S").to_list() == ["2026-07-01T10:00:00"]
+
+
+CRASHED = (b"Nov 29 14:05:59 gpu-n07 kernel: mlx5_core 0000:3b:00.0: Port module event: up\n" + b"\x00" * 3000
+           + b"Nov 29 14:06:05 gpu-n07 kernel: NVRM: Xid (PCI:0000:18:00): 79, pid=1, GPU has fallen off the bus.\n")
+
+
+def test_a_log_with_a_crash_stretch_of_nuls_is_read_not_skipped(tmp_path):
+    # syslog after a hard reset: the file system had promised data it never wrote (NULs), and the first
+    # line after the reboot follows them on the same line; it is the line that matters
+    (tmp_path / "nodes" / "gpu-n07").mkdir(parents=True)
+    (tmp_path / "nodes" / "gpu-n07" / "kern.log").write_bytes(CRASHED)
+    files, skipped = expand_paths([tmp_path])
+    assert len(files) == 1 and skipped == 0
+    r = read_paths([tmp_path], ReadOptions(year=2026))
+    xid = r.events.filter(pl.col("message").str.starts_with("NVRM: Xid"))
+    assert xid["host"].to_list() == ["gpu-n07"] and xid["time_inferred"].to_list() == [False]
+    assert str(xid["time"][0]).startswith("2026-11-29 14:06:05")
+    assert r.stats["nul_prefixed"] == 1 and r.quarantine.height == 0
+
+
+def test_the_streaming_parser_strips_the_same_nuls():
+    tp = TextParser("nodes/gpu-n07/kern.log", ReadOptions(year=2026), mtime_ns=0)
+    half = len(CRASHED) // 2
+    evs = [tp.feed(CRASHED[:half]).events, tp.feed(CRASHED[half:], final=True).events]
+    msgs = pl.concat(evs)["message"].to_list()
+    assert msgs[-1].startswith("NVRM: Xid") and "\x00" not in "".join(msgs)
+
+
+@pytest.mark.parametrize("blob", [
+    b"\x7fELF\x02\x01\x01" + b"\x00" * 9 + b"\x02\x00>\x00",                  # an executable
+    b"SQLite format 3\x00" + bytes(range(200)),                              # a database
+    bytes((i * 37) % 256 for i in range(4096)),                              # no magic, binary throughout
+    b"step 1\n\x00\x01\x00\x02\x00\x03\x00\x04\x00\x05\x00step 2\n",       # NULs scattered in a structure
+])
+def test_binary_files_in_a_directory_are_still_skipped(tmp_path, blob):
+    (tmp_path / "node.log").write_text("Nov 29 14:06:00 gpu-n01 kernel: a\n")
+    (tmp_path / "blob").write_bytes(blob)
+    files, skipped = expand_paths([tmp_path])
+    assert [f.name for f in files] == ["node.log"] and skipped == 1
