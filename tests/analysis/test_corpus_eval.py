@@ -32,9 +32,10 @@ CORPUS = Path(__file__).resolve().parents[1] / "corpus" / "real"
 # vocabulary rules and the fallback layer (rules/fallback.toml) and 0.788 (93/118) with the last of them
 # (same day, this test). A fourth blind pass (`h4-*`, 57 excerpts, 42 non-benign) scored 0.476 (20/42) on the rules
 # as they were at the start of that work and 0.595 (25/42) after it, measured once each; with it the whole held-out
-# split is 0.738 (118/160). Its floor here is a regression guard just below that measurement; the dev split
+# split is 0.738 (118/160), and 0.769 (123/160) after the GPU-side and network/host/straggler passes of the next
+# session (d5g-*, e13-* dev excerpts; measured once). Its floor here is a regression guard just below that measurement; the dev split
 # carries the floors. Crashes and benign actions have the same zero floors everywhere.
-HOLDOUT_MIN_CATEGORY = 0.73
+HOLDOUT_MIN_CATEGORY = 0.76
 
 
 @pytest.fixture(scope="module")
