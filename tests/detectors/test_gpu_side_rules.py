@@ -4,32 +4,9 @@ Sources next to each line; replays go through the whole pipeline."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
-import polars as pl
 import pytest
 
-from recovery_logs.detectors.rulepack import load_packs
-from recovery_logs.detectors.rules import match
-from recovery_logs.pipeline.replay import ReplayOptions, replay
-from recovery_logs.schema import EVENT_SCHEMA, conform
-
-
-@pytest.fixture(scope="module")
-def pack():
-    return load_packs()
-
-
-def found(pack, *lines: str) -> pl.DataFrame:
-    ev = conform(pl.DataFrame({"message": list(lines), "seq": list(range(len(lines)))}), EVENT_SCHEMA)
-    return match(ev, pack)
-
-
-def run(tmp_path: Path, text: str, name: str = "job-7/gpu-y2.out"):
-    p = tmp_path / name
-    p.parent.mkdir(parents=True, exist_ok=True)
-    p.write_text(text)
-    return replay([p], ReplayOptions())
+from .conftest import found, replay_text
 
 
 @pytest.mark.parametrize(("line", "rule_id"), [
@@ -73,20 +50,20 @@ def test_tf_allocator_retry_warning_says_it_is_not_a_failure(tmp_path, pack):
             "ran out of memory trying to allocate 1.02GiB with freed_by_count=0. The caller indicates that this is not "
             "a failure, but may mean that there could be performance gains if more memory were available.")
     assert found(pack, line).height == 0
-    assert run(tmp_path, line + "\n").incidents == []
+    assert replay_text(tmp_path, line + "\n").incidents == []
 
 
 def test_allocator_dump_without_its_oom_line_is_oom_gpu(tmp_path):
     # tensorflow/tensorflow#36780: the chunk dump TF prints only after a failed allocation, head cut off
     dump = "".join(f"2020-02-15 17:58:41.4{i}8862: I tensorflow/core/common_runtime/bfc_allocator.cc:905] InUse at "
                    f"00000007A03B6{i}00 next 26{i}9 of size 256\n" for i in range(4))
-    inc = run(tmp_path, dump).incidents[0]
+    inc = replay_text(tmp_path, dump).incidents[0]
     assert inc.category == "oom_gpu" and {a.kind for a in inc.actions} == {"none"}
 
 
 def test_cuda_802_is_the_fabric_manager_not_a_job_bug(tmp_path):
     # pytorch/pytorch#35710 (bandwidthTest and THC wording of cudaErrorSystemNotReady)
-    res = run(tmp_path, "RuntimeError: cuda runtime error (802) : system not yet initialized at /opt/conda/conda-bld/"
+    res = replay_text(tmp_path, "RuntimeError: cuda runtime error (802) : system not yet initialized at /opt/conda/conda-bld/"
                         "pytorch_1579022034529/work/aten/src/THC/THCGeneral.cpp:50\n"
                         "CUDA error at bandwidthTest.cu:256 code=802(cudaErrorSystemNotReady) \"cudaSetDevice(currentDevice)\"\n")
     inc = res.incidents[0]
@@ -96,10 +73,10 @@ def test_cuda_802_is_the_fabric_manager_not_a_job_bug(tmp_path):
 
 def test_dcgmi_diag_table_wrapped_thermal_and_row_remap(tmp_path, pack):
     # stas00/ml-engineering compute/accelerator/nvidia/debug.md: dcgmi diag -r 2 on a faulty node
-    thermal = run(tmp_path / "t", "| Warning                   | GPU 0 Thermal violations totaling 13.3 second  |\n"
+    thermal = replay_text(tmp_path / "t", "| Warning                   | GPU 0 Thermal violations totaling 13.3 second  |\n"
                                   "|                           | s started at 9.7 seconds into the test for GP  |\n")
     assert thermal.incidents[0].category == "thermal_power" and thermal.incidents[0].gpu == 0
-    remap = run(tmp_path / "r", "| Error                     | GPU 3 has uncorrectable memory errors and row  |\n"
+    remap = replay_text(tmp_path / "r", "| Error                     | GPU 3 has uncorrectable memory errors and row  |\n"
                                 "|                           |  remappings are pending                        |\n")
     assert remap.incidents[0].category == "ecc_memory" and remap.incidents[0].suggested_action == "reset_gpu"
     zero = found(pack, "GPU 3 Thermal violations totaling 0.0 seconds started at 30.0 seconds into the test for GPU 3")

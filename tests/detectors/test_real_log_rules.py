@@ -4,30 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import polars as pl
 import pytest
 
-from recovery_logs.detectors.rulepack import load_packs
-from recovery_logs.detectors.rules import match
-from recovery_logs.pipeline.replay import ReplayOptions, replay
-from recovery_logs.schema import EVENT_SCHEMA, conform
-
-
-@pytest.fixture(scope="module")
-def pack():
-    return load_packs()
-
-
-def found(pack, *lines: str) -> pl.DataFrame:
-    ev = conform(pl.DataFrame({"message": list(lines), "seq": list(range(len(lines)))}), EVENT_SCHEMA)
-    return match(ev, pack)
-
-
-def run(tmp_path: Path, text: str, name: str = "job-5/gpu-x1.out"):
-    p = tmp_path / name
-    p.parent.mkdir(parents=True, exist_ok=True)
-    p.write_text(text)
-    return replay([p], ReplayOptions())
+from .conftest import found, replay_text
 
 
 def test_nvlink5_undecodable_falls_back_to_the_catalog_action(pack) -> None:
@@ -54,7 +33,7 @@ def test_xid45_caused_by_previous_xid_is_classified_as_that_xid(pack) -> None:
 
 def test_syslog_line_without_a_host_keeps_its_nvrm_text(tmp_path: Path) -> None:
     # NVIDIA developer forum 364958: journal lines with no hostname ("Mar 29 15:38:59 kernel: NVRM: ...")
-    res = run(tmp_path, "Mar 29 15:38:59 kernel: NVRM: Xid (PCI:0000:01:00): 120, GSP kernel exception: store access "
+    res = replay_text(tmp_path, "Mar 29 15:38:59 kernel: NVRM: Xid (PCI:0000:01:00): 120, GSP kernel exception: store access "
                         "page fault (cause:0xf) @ pc:0xffffffff93003d42, partition:4#0\n", "nodes/gpu-x7/kern.log")
     f = res.engine.findings
     assert f["rule_id"].to_list() == ["xid.120"] and f["host"].to_list() == ["gpu-x7"]
@@ -63,7 +42,7 @@ def test_syslog_line_without_a_host_keeps_its_nvrm_text(tmp_path: Path) -> None:
 
 def test_sigkill_without_exception_is_said_to_be_likely_host_oom(tmp_path: Path) -> None:
     # hpcaitech/ColossalAI#3514: the dead rank's -9 is the cause, the agent's SIGTERMs are consequences
-    res = run(tmp_path, "WARNING:torch.distributed.elastic.multiprocessing.api:Sending process 812914 closing signal SIGTERM\n"
+    res = replay_text(tmp_path, "WARNING:torch.distributed.elastic.multiprocessing.api:Sending process 812914 closing signal SIGTERM\n"
                         "ERROR:torch.distributed.elastic.multiprocessing.api:failed (exitcode: -9) local_rank: 3 "
                         "(pid: 812917) of binary: /data/chenhao/anaconda3/envs/ColossalAI-Chat/bin/python\n")
     inc = res.incidents[0]
@@ -75,9 +54,9 @@ def test_sigkill_without_exception_is_said_to_be_likely_host_oom(tmp_path: Path)
 def test_nvlink_down_on_a_pcie_gpu_is_not_a_drain(tmp_path: Path) -> None:
     # DCGM health text (dcgm_errors.h, as in NVIDIA/NVSentinel#1481) on a host whose log names a PCIe board
     down = "GPU 0's NvLink link 0 is currently down\nGPU 0's NvLink link 1 is currently down\n"
-    sxm = run(tmp_path / "a", down)
+    sxm = replay_text(tmp_path / "a", down)
     assert sxm.incidents[0].category == "nvlink" and sxm.incidents[0].suggested_action == "drain_node_and_requeue"
-    pcie = run(tmp_path / "b", "    Product Name                    : NVIDIA A100 80GB PCIe\n" + down)
+    pcie = replay_text(tmp_path / "b", "    Product Name                    : NVIDIA A100 80GB PCIe\n" + down)
     inc = pcie.incidents[0]
     assert inc.category == "nvlink" and inc.suggested_action == "investigate"
     assert "drain_node" not in [a.kind for a in inc.actions]

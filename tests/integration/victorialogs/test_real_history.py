@@ -122,13 +122,8 @@ def test_watch_since_equals_replay_no_hang_alarm_from_the_catch_up(real_vl, tmp_
 
 
 def _wait_rows(real_vl, n: int, timeout: float = 10.0) -> None:
-    t_end = time.monotonic() + timeout
-    while time.monotonic() < t_end:
-        got = real_vl.query("* | stats count() as n", start="3h")
-        if got and int(got[0]["n"]) >= n:
-            return
-        time.sleep(0.2)
-    raise AssertionError(f"the server did not make {n} rows searchable in {timeout} s")
+    if not real_vl.searchable(n, start="3h", timeout=timeout):
+        raise AssertionError(f"the server did not make {n} rows searchable in {timeout} s")
 
 
 @pytest.mark.parametrize(("scenario", "category"), [("silent_hang", "nccl_timeout_hang"), ("straggler_node", "straggler")])

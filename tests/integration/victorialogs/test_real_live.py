@@ -107,12 +107,9 @@ def test_late_lines_are_counted_in_the_windows_once(real_vl):
 
     now = time.time_ns()
     real_vl.ingest([chatter("gpu-w", now - k * NS, k) for k in range(3)])
-    t_end = time.monotonic() + 10      # searchable first: a row the server shows only after the live read
-    while time.monotonic() < t_end:    # passed it is found once its 10 s bucket is closed (another case)
-        got = real_vl.query("* | stats count() as n", start="5m")
-        if got and int(got[0]["n"]) >= 3:
-            break
-        time.sleep(0.1)
+    # searchable first: a row the server shows only after the live read passed it is found once its 10 s
+    # bucket is closed (another case)
+    real_vl.searchable(3, start="5m", poll_s=0.1)
     w = Watcher(_opts(real_vl.url), engine=_engine()).open()
     try:
         _steps(w, lambda out, w: _caught_up(w) and w.engine.windows.height > 0)
@@ -143,12 +140,7 @@ def test_a_late_line_is_read_again_only_in_its_changed_slots(real_vl):
 
     t0 = time.time_ns() - 20 * NS
     real_vl.ingest([chatter("gpu-d", t0 + k * 100_000_000, k) for k in range(60)])     # 6 s, 10 rows/s
-    t_end = time.monotonic() + 10
-    while time.monotonic() < t_end:
-        got = real_vl.query("* | stats count() as n", start="5m")
-        if got and int(got[0]["n"]) >= 60:
-            break
-        time.sleep(0.1)
+    real_vl.searchable(60, start="5m", poll_s=0.1)
     w = Watcher(_opts(real_vl.url), engine=_engine()).open()
     try:
         _steps(w, lambda out, w: _caught_up(w) and w.engine.windows.height > 0)

@@ -105,6 +105,16 @@ class RealVL:
         body = urllib.request.urlopen(req, timeout=30).read()
         return [json.loads(x) for x in body.splitlines() if x.strip()]
 
+    def searchable(self, n: int, start: str = "3h", timeout: float = 10.0, poll_s: float = 0.2) -> bool:
+        """Wait until the server shows at least ``n`` rows in the last ``start``; False after ``timeout``."""
+        t_end = time.monotonic() + timeout
+        while time.monotonic() < t_end:
+            got = self.query("* | stats count() as n", start=start)
+            if got and int(got[0]["n"]) >= n:
+                return True
+            time.sleep(poll_s)
+        return False
+
     def close(self) -> None:
         if self.proc is not None and self.proc.poll() is None:
             self.proc.kill()
