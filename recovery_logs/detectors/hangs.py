@@ -86,7 +86,10 @@ class HangDetector:
 
     def gaps(self, findings: pl.DataFrame, ctx: DetectContext) -> pl.DataFrame:
         """Every silence that qualifies as a hang up to the watermark (one row per gap)."""
-        own = _narrow(findings, ctx.watermark_ns)
+        return self._gaps(_narrow(findings, ctx.watermark_ns), ctx)
+
+    def _gaps(self, own: pl.DataFrame, ctx: DetectContext) -> pl.DataFrame:
+        """:meth:`gaps` of the detector's input as ``_narrow`` gives it."""
         f = own.filter(pl.col("job_id").is_not_null())
         prog = f.filter(pl.col("role") == "progress")
         ticks = progress_ticks(prog)
@@ -117,10 +120,10 @@ class HangDetector:
         return g.sort(["job_id", "t"])
 
     def detect(self, findings: pl.DataFrame, windows: pl.DataFrame, ctx: DetectContext) -> pl.DataFrame:
-        g = self.gaps(findings, ctx)
+        own = _narrow(findings, ctx.watermark_ns)
+        g = self._gaps(own, ctx)
         if g.is_empty():
             return empty_findings()
-        own = _narrow(findings, ctx.watermark_ns)
         prog = own.filter((pl.col("role") == "progress") & pl.col("job_id").is_not_null())
         rows = []
         for r in g.iter_rows(named=True):
