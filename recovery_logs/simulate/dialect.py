@@ -28,6 +28,11 @@ Out of memory while trying to allocate N bytes.``), cuBLAS failing to create its
 corpus's ``d5g-*`` OOM excerpts (ROCm/TheRock#2118-style HIP pastes, jax-ml/jax#13428,
 QwenLM/Qwen3#873, vllm-project/vllm#10439), values from the simulated cluster.
 
+Before a GPU runs out of memory a ZeRO-3 job often warns for a while that DeepSpeed flushes the PyTorch
+caching allocator every step (``N pytorch allocator cache flushes since last step. this happens when there is
+high memory pressure ...``, deepspeed/runtime/zero/stage3.py; ``oom_pressure``), as the corpus's
+``d6g-dsex186-*`` and ``d6g-easycontext11-*`` excerpts show.
+
 A host OOM kill is often seen from the job's side only — slurmstepd's oom_kill count and srun's
 ``task N: Out Of Memory`` line without the kernel's OOM-killer report (NOAA-EMC/global-workflow#1301,
 pepkit/geofetch#13 in the corpus).
@@ -68,6 +73,7 @@ class Dialect:
     oom_stack: str = "torch"           # torch | hip | xla | cublas | vllm (who words a GPU OOM)
     thermal_table: bool = False        # DCGM forms: a `dcgmi diag` result table, text wrapped mid-word
     host_oom_seen: str = "kernel"      # kernel: the OOM killer's lines are in the log too | job: only the job's own lines
+    oom_pressure: bool = False         # DeepSpeed ZeRO-3 allocator-cache-flush warnings in the steps before a GPU OOM
 
     @classmethod
     def draw(cls, rng: np.random.Generator) -> Dialect:
@@ -82,7 +88,7 @@ class Dialect:
                    timing_report=str(rng.choice(["none", "megatron_timers", "megatron_straggler"])),
                    thermal_form=str(rng.choice(["dcgm4", "dcgm3", "smi"])),
                    oom_stack=str(rng.choice(list(OOM_STACKS))), thermal_table=coin(),
-                   host_oom_seen="job" if coin() else "kernel")
+                   host_oom_seen="job" if coin() else "kernel", oom_pressure=coin())
 
     def names(self) -> dict[str, object]:
         """The variants drawn for the run (for truth.json): those that differ from the default wording. A
@@ -145,6 +151,15 @@ class Dialect:
         return [f"ERROR [{4000 + gpu}:{4002 + gpu}] [[Health]] Detected a WARNING in health system Thermal: 'Detected "
                 f"{what} due to thermal violation in GPU {gpu}. Verify that the cooling on this machine is functional, "
                 "including external, thermal material interface, fans, and any other components."]
+
+    @staticmethod
+    def oom_pressure_warning(flushes: int) -> str:
+        """DeepSpeed ZeRO-3's warning when the caching allocator had to be flushed ``flushes`` times in a step."""
+        return (f"{flushes} pytorch allocator cache flushes since last step. this happens when there is high memory "
+                "pressure and is detrimental to performance. if this is happening frequently consider adjusting "
+                "settings to reduce memory consumption. If you are unable to make the cache flushes go away consider "
+                "adding get_accelerator().empty_cache() calls in your training loop to ensure that all ranks flush "
+                "their caches at the same time")
 
     def gpu_oom(self, gpu: int) -> str:
         """The exception line of a GPU out-of-memory on GPU ``gpu`` (2 GiB asked for, as the torch form)."""

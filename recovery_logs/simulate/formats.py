@@ -63,6 +63,12 @@ def glog_py(t_ns: int, level: str, pid: int, src: str, msg: str) -> str:
             f"{frac // 1000:06d} {pid} {src}] {msg}")
 
 
+def deepspeed_log(t_ns: int, level: str, src: str, msg: str) -> str:
+    """DeepSpeed's logger (``deepspeed/utils/logging.py``): ``[2026-11-29 14:06:00,651] [WARNING] [src] msg``."""
+    tm, frac = _tm(t_ns)
+    return f"[{_stamp(tm, ' ')},{frac // 1_000_000:03d}] [{level}] [{src}] {msg}"
+
+
 def bracket_time(t_ns: int) -> str:
     """Megatron's ``[2026-11-29 14:06:00]`` prefix."""
     return f"[{_stamp(_tm(t_ns)[0], ' ')}]"

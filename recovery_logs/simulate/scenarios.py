@@ -403,6 +403,10 @@ def gpu_oom(s: Script, f: Spec) -> Fault:
     """A GPU out-of-memory on one rank (in the wording of the run's stack): a user problem, no node action."""
     rank = _rank(s, f.node, f.gpu)
     t = s.cluster.skew_ns[f.node] + f.t
+    if s.dialect.oom_pressure:   # ZeRO-3 flushes the allocator cache in the steps before the OOM
+        for i, back in enumerate((170, 110, 50)):
+            s.deepspeed(f.t - back * NS + s.jitter(0, 8), rank, "WARNING", "stage3.py:2069:step",
+                        s.dialect.oom_pressure_warning(2 + i * 3))
     end = _crash(s, f.t, rank, TRAIN_FRAMES, s.dialect.gpu_oom(f.gpu))
     return Fault(kind="gpu_oom", category="oom_gpu", culprit_node=f.node, culprit_gpu=f.gpu, node_fault=False,
                  fault_t=t, decisive_t=t, actions=("none", "investigate"), job_end=end, progress_stop=f.t)

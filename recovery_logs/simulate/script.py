@@ -95,6 +95,12 @@ class Script:
             line = line.replace(" NCCL ", f" {src} NCCL ", 1)
         return self.job(t, node, line, rank)
 
+    def deepspeed(self, t: int, rank: int, level: str, src: str, msg: str) -> int:
+        """A DeepSpeed log line of ``rank`` (its own timestamp, torchrun's ``[rankN]:`` prefix)."""
+        node = self.cluster.node_of_rank(rank)
+        tt = self._t(t, node)
+        return self.ranked(t, rank, fmt.deepspeed_log(tt, level, src, msg))
+
     def ranked(self, t: int, rank: int, text: str) -> int:
         """A line the worker printed to stderr, prefixed ``[rankN]:`` by torchrun."""
         return self.job(t, self.cluster.node_of_rank(rank), f"[rank{rank}]:{text}", rank)

@@ -156,3 +156,27 @@ def test_gpu_oom_is_written_in_the_drawn_stack(tmp_path):
         assert want[stack] in text
         assert all(want[other] not in text for other in want if other != stack)
     assert len(seen) >= 2
+
+
+def test_oom_pressure_warnings_precede_the_oom_when_drawn(tmp_path):
+    """``oom_pressure``: DeepSpeed ZeRO-3's allocator-cache-flush warnings (timestamped, rank-prefixed) come
+    before the OOM exception of the same rank; without the variant the run has none."""
+    warn = "pytorch allocator cache flushes since last step. this happens when there is high memory pressure"
+    assert Dialect.oom_pressure_warning(5).startswith(f"5 {warn}")
+    seen = set()
+    for seed in range(8):
+        r = simulate_one("gpu_oom", SimOptions(out=tmp_path / str(seed), seed=seed, **SMALL))
+        drawn = bool(r.truth["wording_variants"].get("oom_pressure", False))
+        seen.add(drawn)
+        lines = _text(r.path).splitlines()
+        flushes = [i for i, ln in enumerate(lines) if warn in ln]
+        if not drawn:
+            assert flushes == []
+            continue
+        assert len(flushes) == 3
+        assert all("] [WARNING] [stage3.py:2069:step] " in lines[i] and lines[i].startswith("[rank") for i in flushes)
+        oom = next(i for i, ln in enumerate(lines) if "out of memory" in ln.lower() or "RESOURCE_EXHAUSTED" in ln
+                   or "ALLOC_FAILED" in ln or "No available memory" in ln)
+        assert flushes[-1] < oom                                                   # before the OOM
+        assert lines[oom].split("]:", 1)[0] == lines[flushes[0]].split("]:", 1)[0]   # the same rank
+    assert seen == {True, False}
