@@ -107,3 +107,54 @@ def test_not_active_flags_and_power_codes_are_not_thermal_faults(pack):
     f = found(pack, *lines)
     assert all(a == "none" for a in f["action"].to_list())
     assert "thermal_power.gpu_thermal_codes" not in f["rule_id"].to_list()
+
+
+# ---- second GPU-side pass (d6g dev excerpts): sources next to each line ---------------------------------
+
+def test_cuda_nvlink_uncorrectable_in_the_runtimes_words_is_nvlink(tmp_path):
+    # MIC-DKFZ/nnUNet#1519: cudaGetErrorString(cudaErrorNvlinkUncorrectable), not the docs' sentence
+    inc = replay_text(tmp_path, "RuntimeError: CUDA error: uncorrectable NVLink error detected during the execution\n"
+                                "CUDA kernel errors might be asynchronously reported at some other API call, so the "
+                                "stacktrace below might be incorrect.\n").incidents[0]
+    assert inc.category == "nvlink" and inc.root_rule == "nvlink.cuda_uncorrectable"
+
+
+def test_nccl_buffer_allocation_failure_is_gpu_oom_not_an_nccl_setup_error(tmp_path):
+    # NCCL src/include/alloc.h ncclCudaCalloc: the WARN, then the unhandled-CUDA-error tail NCCL returns
+    res = replay_text(tmp_path, "gpu-n1:3063028:3066152 [3] include/alloc.h:185 NCCL WARN Failed to CUDA calloc "
+                                "6291456 bytes\n"
+                                "gpu-n1:3063028:3066152 [3] NCCL INFO transport/p2p.cc:204 -> 1\n"
+                                "[rank3]: ncclUnhandledCudaError: Call to CUDA function failed.\n")
+    assert res.incidents[0].category == "oom_gpu"
+
+
+def test_a_hot_gpu_reading_is_a_look_and_loses_to_a_fault_line(tmp_path):
+    row = "| N/A   93C    P0   298W / 300W |  30000MiB / 32510MiB |    100%      Default |\n"
+    alone = replay_text(tmp_path / "a", row).incidents
+    assert [i.category for i in alone] == ["thermal_power"] and alone[0].suggested_action == "investigate"
+    # with an Xid 79 on the same node the hot reading is not the story
+    xid = "NVRM: Xid (PCI:0000:3b:00): 79, pid='<unknown>', name=<unknown>, GPU has fallen off the bus.\n"
+    assert replay_text(tmp_path / "b", row + xid).incidents[0].category == "xid"
+    cool = "| N/A   61C    P0   298W / 300W |  30000MiB / 32510MiB |    100%      Default |\n"
+    assert replay_text(tmp_path / "c", cool).incidents == []
+
+
+@pytest.mark.parametrize(("line", "rule_id"), [
+    # NVIDIA/TensorRT#4258, linghu8812/tensorrt_inference#117, abetlen/llama-cpp-python#1944
+    ("[11/22/2024-13:40:47] [E] Error[1]: [defaultAllocator.cpp::allocate::31] Error Code 1: Cuda Runtime (out of "
+     "memory)", "oom_gpu.inference_runtime_alloc"),
+    ("[08/03/2022-23:18:05] [E] [TRT] ../rtSafe/safeRuntime.cpp (25) - Cuda Error in allocate: 2 (out of memory)",
+     "oom_gpu.inference_runtime_alloc"),
+    ("llama_kv_cache_init: failed to allocate buffer for kv cache", "oom_gpu.inference_runtime_alloc"),
+    # deepspeedai/DeepSpeedExamples#186
+    ("[2022-07-13 21:09:13,651] [WARNING] [stage3.py:2391:step] 2 pytorch allocator cache flushes since last step. "
+     "this happens when there is high memory pressure and is detrimental to performance.", "oom_gpu.memory_pressure"),
+    # linux v5.6+ therm_throt.c, thomas-krenn/check_ipmi_sensor_v3#66, NVIDIA/gpu-operator#492
+    ("[  836.709562] CPU7: Core temperature is above threshold, cpu clock is throttled (total events = 219)",
+     "thermal_power.cpu_throttle"),
+    ("3    | Dec-09-2024 | 21:12:29 | Power Supply 2 PS2 Status                         | Power Supply      | Critical | "
+     "Power Supply Failure detected", "thermal_power.psu_failure"),
+    ("               NVRM: BAR1 is 0M @ 0x0 (PCI:0000:14:00.0)", "pcie.nvidia_bar_invalid"),
+])
+def test_second_pass_wordings(pack, line, rule_id):
+    assert found(pack, line)["rule_id"].to_list() == [rule_id]
