@@ -25,6 +25,7 @@ from recovery_logs.remediation.plan import RECORD_ONLY
 from recovery_logs.schema import empty_quarantine, own_strings
 from recovery_logs.sources.accounting import load_accounting, sacct_range
 from recovery_logs.sources.files import iter_batches
+from recovery_logs.sources.prefetch import prefetch
 from recovery_logs.sources.read_common import Batch, ReadOptions
 from recovery_logs.textsafe import json_dumps
 from recovery_logs.timeutil import ns_to_iso
@@ -43,6 +44,9 @@ class ReplayOptions:
     # Slurm accounting to join findings against: a saved sacct --json / sacct -P dump (path), the
     # string "sacct" (ask the live sacct for the replayed range), or an allocations frame
     accounting: Any = None
+    # batches read ahead in a background thread while the engine works on the previous one
+    # (sources.prefetch; 0: read in this thread). Only for paths read here, not given ``batches``.
+    read_ahead: int = 1
 
 
 @dataclass
@@ -125,7 +129,7 @@ def replay(paths: Sequence[str | Path], options: ReplayOptions | None = None,
     out_dir = Path(opts.out_dir) if opts.out_dir else None
     if out_dir is not None:
         prepare_out_dir(out_dir)
-    source = batches if batches is not None else iter_batches(list(paths), read_opts)
+    source = batches if batches is not None else prefetch(iter_batches(list(paths), read_opts), opts.read_ahead)
     pending: list[pl.DataFrame] = []
     pending_rows = 0
 
@@ -153,6 +157,8 @@ def replay(paths: Sequence[str | Path], options: ReplayOptions | None = None,
                     flush()
         flush()
     finally:
+        if batches is None:
+            source.close()     # type: ignore[attr-defined]  # a generator: stops the read-ahead thread
         if writer is not None:
             writer.close()
     return finish_replay(eng, stats, keeper, paths, out_dir, t0, accounting=opts.accounting)
