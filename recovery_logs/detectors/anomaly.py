@@ -186,6 +186,18 @@ def default_models_dir() -> Path:
     return pkg.parent / "models"
 
 
+_LIST_DTYPES = {"float64": pl.Float64, "bool": pl.Boolean}
+
+
+def _series(name: str, values: Any) -> pl.Series:
+    """A numpy array as a Series. Polars reads an array's null mask through ``numpy.ma``, a ~20 ms
+    import on a replay's first scoring; a short array (a small replay's few windows) goes through a
+    list instead (the same values: float64 and bool round-trip exactly)."""
+    if len(values) <= 65_536 and values.dtype.name in _LIST_DTYPES:
+        return pl.Series(name, values.tolist(), dtype=_LIST_DTYPES[values.dtype.name])
+    return pl.Series(name, values)
+
+
 @dataclass
 class AnomalyDetector:
     """Detector protocol over a fitted ``WindowIsolationForest`` or its compiled form (see module
@@ -253,7 +265,7 @@ class AnomalyDetector:
         # training range is not evidence of a sick node (volume, fault counts and step times relative
         # to the job are).
         outside = model.out_of_range(feats, only=[f for f in model.features_ if f not in CADENCE_FEATURES])
-        return feats.with_columns(pl.Series("score", scores), pl.Series("outside", outside)).with_columns(
+        return feats.with_columns(_series("score", scores), _series("outside", outside)).with_columns(
             flagged=(pl.col("score") >= model.threshold_) | pl.col("outside"))
 
     def detect(self, findings: pl.DataFrame, windows: pl.DataFrame, ctx: DetectContext) -> pl.DataFrame:
