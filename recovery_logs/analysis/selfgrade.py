@@ -1,7 +1,7 @@
 """Self-grading from a state dir, with later history replayed: ``recovery-logs backtest --grade``.
 
 ``grading_from_state(state_dir, later)`` grades the proposals recorded in the state dir's audit
-trail (``remediation.grading.grades_from_state``); log paths in ``later`` are replayed (record
+trail (``remediation.grade_state.grades_from_state``); log paths in ``later`` are replayed (record
 only) and their incidents count as later outcomes. Returns the grades and the promotion gate's
 table of them.
 """
@@ -14,7 +14,8 @@ import polars as pl
 
 from recovery_logs.pipeline.replay import ReplayOptions, replay
 from recovery_logs.remediation.gate import PromotionGate
-from recovery_logs.remediation.grading import grades_from_state, rule_precision
+from recovery_logs.remediation.grade_state import grades_from_state
+from recovery_logs.remediation.grading import rule_precision
 
 __all__ = ["grading_from_state"]
 

@@ -26,26 +26,25 @@ Grading rules, first match wins (``horizon_s`` bounds how long after a proposal 
 
 ``rule_precision`` folds grades into a per-rule table (rule = the incident's root rule, see
 ``frames.root_rule``); ``precision = right / (right + wrong)``. The promotion gate built on it
-is :mod:`recovery_logs.remediation.gate`; ``grades_from_state`` grades a state dir's proposals.
+is :mod:`recovery_logs.remediation.gate`; ``remediation.grade_state.grades_from_state`` grades a state
+dir's proposals (it reads the audit trail; this module is pure over frames).
 """
 
 from __future__ import annotations
 
 import json
-from pathlib import Path
 from typing import Any
 
 import polars as pl
 
-from recovery_logs.audit import AuditLog, load_audit
 from recovery_logs.errors import ConfigError
-from recovery_logs.frames import incidents_frame, root_rule, rows_frame
+from recovery_logs.frames import root_rule, rows_frame
 from recovery_logs.records import ActionProposal
 from recovery_logs.schema import HARDWARE_CATEGORIES, TIME, SchemaDict
 from recovery_logs.timeutil import NS
 
 __all__ = ["FAILED_JOB_STATES", "GRADE_SCHEMA", "OUTCOME_SCHEMA", "PRECISION_SCHEMA", "PROPOSAL_SCHEMA",
-           "grade_proposals", "grades_from_state", "outcomes_from_audit", "outcomes_from_incidents",
+           "grade_proposals", "outcomes_from_audit", "outcomes_from_incidents",
            "outcomes_from_jobs", "proposals_from_audit", "rule_precision"]
 
 FAILED_JOB_STATES = frozenset({"FAILED", "NODE_FAIL", "TIMEOUT", "OUT_OF_MEMORY", "BOOT_FAIL", "CANCELLED"})
@@ -209,24 +208,3 @@ def rule_precision(grades: pl.DataFrame) -> pl.DataFrame:
                    .then(pl.col("right") / (pl.col("right") + pl.col("wrong"))).otherwise(None)
                    .cast(pl.Float64).alias("precision"))
     return out.select(list(PRECISION_SCHEMA)).sort("root_rule")
-
-
-
-
-# ---------------------------------------------------------------------------- from a state dir
-
-
-def grades_from_state(state_dir: str | Path | AuditLog, later_incidents: Any = None, horizon_s: float = 7 * 86400.0) -> pl.DataFrame:
-    """Grades (``GRADE_SCHEMA``) of the proposals in a state dir's audit trail.
-
-    Outcomes: approvals/rejections and later hardware incidents recorded there (``detection``
-    records), plus ``later_incidents`` (anything ``frames.incident_dicts`` reads: a ReplayResult,
-    Incident objects or their dicts) when given.
-    """
-    audit = load_audit(state_dir)
-    props = proposals_from_audit(audit)
-    detected = [json.loads(p) for p in audit.filter(pl.col("kind") == "detection")["payload"].to_list()]
-    outs = [outcomes_from_audit(audit), outcomes_from_incidents(incidents_frame(detected))]
-    if later_incidents is not None:
-        outs.append(outcomes_from_incidents(incidents_frame(later_incidents)))
-    return grade_proposals(props, pl.concat(outs), horizon_s=horizon_s)

@@ -47,7 +47,7 @@ from recovery_logs.records import ActionProposal, Incident
 from recovery_logs.remediation.actions import TERMINAL, ActionStore
 from recovery_logs.remediation.executor import SlurmExecutor, validate_job_id
 from recovery_logs.remediation.gate import PromotionGate, gate_verdict
-from recovery_logs.remediation.grading import grades_from_state
+from recovery_logs.remediation.grade_state import grades_from_state
 from recovery_logs.remediation.lemon import LemonTracker
 from recovery_logs.remediation.policy import (
     EXECUTABLE_KINDS,
