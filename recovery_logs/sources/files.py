@@ -32,6 +32,7 @@ import re
 import stat
 import zlib
 from collections.abc import Iterable, Iterator, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -59,7 +60,15 @@ from recovery_logs.sources.read_common import (
     empty_quarantine,
     quarantine_frame,
 )
-from recovery_logs.sources.read_many import GROUP_BYTES, GROUP_FILES, SMALL_FILE_BYTES, WholeFile, parse_many
+from recovery_logs.sources.read_many import (
+    GROUP_BYTES,
+    GROUP_FILES,
+    SMALL_FILE_BYTES,
+    Prepared,
+    WholeFile,
+    finish_many,
+    prepare_many,
+)
 from recovery_logs.sources.read_text import DETECT_BYTES, TextParser
 from recovery_logs.timeutil import rfc3339_to_time_expr
 
@@ -323,92 +332,121 @@ def iter_batches(paths: Sequence[str | Path], opts: ReadOptions = DEFAULT_OPTION
     group_quar: list[pl.DataFrame] = []
     errors: list[InputError] = []
     readable = 0
+    # groups handed to the parse thread (``prepare_many``), finished in reading order (``finish_many``:
+    # out-of-order, dedupe and seq carry state from group to group)
+    pending: collections.deque[tuple[Future[Prepared] | Prepared | None, list[pl.DataFrame], collections.Counter]]
+    pending = collections.deque()
+    pool: ThreadPoolExecutor | None = None
 
-    def flush_group() -> Iterator[Batch]:
-        nonlocal seq, group_bytes, extra
+    def submit() -> None:
+        nonlocal group_bytes, extra, pool
         if not group and not group_quar and not extra:
             return
+        job: Future[Prepared] | Prepared | None = None
         if group:
-            b, seq = parse_many(group, opts, seq, dedup)
-        else:
-            b = Batch(pl.DataFrame(schema=EVENT_SCHEMA), empty_quarantine(), collections.Counter())
-        if group_quar:
-            b.quarantine = pl.concat([b.quarantine, *group_quar])
-        b.stats.update(extra)
+            if opts.parse_ahead:
+                if pool is None:
+                    pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="recovery-logs-parse")
+                job = pool.submit(prepare_many, list(group), opts)
+            else:
+                job = prepare_many(group, opts)
+        pending.append((job, list(group_quar), extra))
         extra = collections.Counter()
         group.clear()
         group_quar.clear()
         group_bytes = 0
-        yield b
 
-    for fp in files:
-        try:
-            fh, gz = _open(fp)
-        except InputError as exc:
-            errors.append(exc)
-            yield from flush_group()
-            yield _unreadable(fp, exc, collections.Counter(files=1))
-            continue
-        try:
+    def finish(keep: int) -> Iterator[Batch]:
+        nonlocal seq
+        while len(pending) > keep:
+            job, gq, ex = pending.popleft()
+            if job is not None:
+                b, seq = finish_many(job.result() if isinstance(job, Future) else job, seq, dedup)
+            else:
+                b = Batch(pl.DataFrame(schema=EVENT_SCHEMA), empty_quarantine(), collections.Counter())
+            if gq:
+                b.quarantine = pl.concat([b.quarantine, *gq])
+            b.stats.update(ex)
+            yield b
+
+    def flush_group() -> Iterator[Batch]:
+        """Everything read so far, as batches in reading order (before anything else is yielded)."""
+        submit()
+        yield from finish(0)
+
+    try:
+        for fp in files:
             try:
-                st = os.stat(fp)
-                mtime_ns = st.st_mtime_ns
-                head = _read(fh, DETECT_BYTES, fp, 1)
-            except OSError as exc:
-                raise InputError(f"input: cannot read the file ({exc.strerror or exc})", path=str(fp)) from exc
-            # Parquet is known from its head; a text format is detected below, over the data read
-            fmt = opts.fmt if opts.fmt != "auto" else (
-                "parquet" if head[:4] == b"PAR1" or fp.name.lower().endswith(".parquet") else "job")
-            if select_line_format(opts.line_formats, str(fp)) is not None:
-                fmt = LINE_FORMAT    # a site line format fits this path: it reads the file (TextParser)
-            if fmt == "parquet":
-                fh.close()
+                fh, gz = _open(fp)
+            except InputError as exc:
+                errors.append(exc)
                 yield from flush_group()
-                stats = collections.Counter(files=1, input_bytes=st.st_size)
-                for b in _parquet_batches(fp, opts, seq, dedup, stats):
-                    seq = b.stats.pop("_next_seq")
-                    yield b
-                    stats = collections.Counter()
-                readable += 1
+                yield _unreadable(fp, exc, collections.Counter(files=1))
                 continue
-            if fmt == "auto" or (fmt not in TEXT_FORMATS and fmt != LINE_FORMAT):
-                raise InputError(f"input: unknown format {fmt!r}", path=str(fp))
-            # whole and small: parsed with the other small files
-            data = head
-            small = min(SMALL_FILE_BYTES, _chunk_bytes(opts))
-            if len(head) == DETECT_BYTES:
-                data = head + _read(fh, small + 1 - len(head), fp, None)
-            if gz and fh.error and not data:
-                raise InputError(f"input: {fh.error}", path=str(fp), line=1)
-            if opts.fmt == "auto" and fmt != LINE_FORMAT:   # the head may be junk: the first region that shows a format decides
-                fmt = detect_format_scan(str(fp), data)
-            if len(data) <= small and fmt != LINE_FORMAT:     # site line formats: TextParser, file by file
-                if gz and fh.error:
-                    cut = data.rfind(b"\n") + 1
-                    group_quar.append(_truncated(fp, data.count(b"\n") + 1, data[cut:], fh.error, extra))
-                    data = data[:cut]
-                group.append(WholeFile(str(fp), data, mtime_ns, fmt))
-                extra["input_bytes"] += st.st_size
-                readable += 1
-                group_bytes += len(data)
-                if group_bytes >= min(_chunk_bytes(opts), GROUP_BYTES) or len(group) >= GROUP_FILES:
+            try:
+                try:
+                    st = os.stat(fp)
+                    mtime_ns = st.st_mtime_ns
+                    head = _read(fh, DETECT_BYTES, fp, 1)
+                except OSError as exc:
+                    raise InputError(f"input: cannot read the file ({exc.strerror or exc})", path=str(fp)) from exc
+                # Parquet is known from its head; a text format is detected below, over the data read
+                fmt = opts.fmt if opts.fmt != "auto" else (
+                    "parquet" if head[:4] == b"PAR1" or fp.name.lower().endswith(".parquet") else "job")
+                if select_line_format(opts.line_formats, str(fp)) is not None:
+                    fmt = LINE_FORMAT    # a site line format fits this path: it reads the file (TextParser)
+                if fmt == "parquet":
+                    fh.close()
                     yield from flush_group()
-                continue
-            yield from flush_group()
-            box = [seq]
-            yield from _stream_file(fp, fh, gz, fmt, data, mtime_ns, opts, box, dedup)
-            extra["input_bytes"] += st.st_size
-            seq = box[0]
-            readable += 1
-        except InputError as exc:
-            if exc.path is None:
-                raise
-            errors.append(exc)
-            yield from flush_group()
-            yield _unreadable(fp, exc, collections.Counter(files=1))
-        finally:
-            fh.close()
-    yield from flush_group()
+                    stats = collections.Counter(files=1, input_bytes=st.st_size)
+                    for b in _parquet_batches(fp, opts, seq, dedup, stats):
+                        seq = b.stats.pop("_next_seq")
+                        yield b
+                        stats = collections.Counter()
+                    readable += 1
+                    continue
+                if fmt == "auto" or (fmt not in TEXT_FORMATS and fmt != LINE_FORMAT):
+                    raise InputError(f"input: unknown format {fmt!r}", path=str(fp))
+                # whole and small: parsed with the other small files
+                data = head
+                small = min(SMALL_FILE_BYTES, _chunk_bytes(opts))
+                if len(head) == DETECT_BYTES:
+                    data = head + _read(fh, small + 1 - len(head), fp, None)
+                if gz and fh.error and not data:
+                    raise InputError(f"input: {fh.error}", path=str(fp), line=1)
+                if opts.fmt == "auto" and fmt != LINE_FORMAT:   # the head may be junk: the first region that shows a format decides
+                    fmt = detect_format_scan(str(fp), data)
+                if len(data) <= small and fmt != LINE_FORMAT:     # site line formats: TextParser, file by file
+                    if gz and fh.error:
+                        cut = data.rfind(b"\n") + 1
+                        group_quar.append(_truncated(fp, data.count(b"\n") + 1, data[cut:], fh.error, extra))
+                        data = data[:cut]
+                    group.append(WholeFile(str(fp), data, mtime_ns, fmt))
+                    extra["input_bytes"] += st.st_size
+                    readable += 1
+                    group_bytes += len(data)
+                    if group_bytes >= min(_chunk_bytes(opts), GROUP_BYTES) or len(group) >= GROUP_FILES:
+                        submit()               # parsed in the parse thread while the next group is read
+                        yield from finish(1)   # the group before it: finished and handed out
+                    continue
+                yield from flush_group()
+                box = [seq]
+                yield from _stream_file(fp, fh, gz, fmt, data, mtime_ns, opts, box, dedup)
+                extra["input_bytes"] += st.st_size
+                seq = box[0]
+                readable += 1
+            except InputError as exc:
+                if exc.path is None:
+                    raise
+                errors.append(exc)
+                yield from flush_group()
+                yield _unreadable(fp, exc, collections.Counter(files=1))
+            finally:
+                fh.close()
+        yield from flush_group()
+    finally:
+        if pool is not None:
+            pool.shutdown(wait=True, cancel_futures=True)
     if errors and not readable and all_unreadable_raises:
         raise errors[0]
 

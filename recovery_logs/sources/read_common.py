@@ -86,6 +86,9 @@ class ReadOptions:
     since_ns: int | None = None
     until_ns: int | None = None
     nodes: frozenset[str] | None = None
+    # groups of small files are parsed in a background thread while the next group is read and the
+    # previous one finished (``files.iter_batches``); the same batches either way
+    parse_ahead: bool = True
 
 
 def empty_quarantine() -> pl.DataFrame:

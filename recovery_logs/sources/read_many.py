@@ -39,7 +39,8 @@ from recovery_logs.sources.read_common import (
 )
 from recovery_logs.sources.read_text import HEAD_HOLD, _decode, _oversized_raw, group_records, path_field
 
-__all__ = ["GROUP_BYTES", "GROUP_FILES", "SMALL_FILE_BYTES", "WholeFile", "parse_many"]
+__all__ = ["GROUP_BYTES", "GROUP_FILES", "SMALL_FILE_BYTES", "Prepared", "WholeFile", "finish_many", "parse_many",
+           "prepare_many"]
 
 SMALL_FILE_BYTES = 8 << 20     # a file up to this size (inflated; and up to the chunk size) is read whole
 GROUP_FILES = 20_000           # files per group at most
@@ -205,10 +206,20 @@ def _text_records(whole: pl.DataFrame, fmt: str, opts: ReadOptions, stats: colle
         "stream_id", "rank", "message", "level")
 
 
-def parse_many(files: Sequence[WholeFile], opts: ReadOptions, seq_start: int,
-               dedup: Deduper) -> tuple[Batch, int]:
-    """Whole text files (in reading order) -> (one Batch, the next seq), as if each file had been
-    read alone, in order."""
+@dataclass
+class Prepared:
+    """A group parsed up to its records (``prepare_many``): what ``finish_many`` completes in order."""
+
+    table: pl.DataFrame
+    records: pl.DataFrame | None
+    stats: collections.Counter
+    quarantine: list[pl.DataFrame]
+
+
+def prepare_many(files: Sequence[WholeFile], opts: ReadOptions) -> Prepared:
+    """The part of ``parse_many`` that depends on the group alone (split, per-format parse,
+    multi-line records): pure, so it may run in another thread while the previous group is
+    finished (``files.iter_batches`` does)."""
     stats: collections.Counter = collections.Counter(files=len(files))
     quar: list[pl.DataFrame] = []
     table = _file_table(files, opts)
@@ -231,10 +242,17 @@ def parse_many(files: Sequence[WholeFile], opts: ReadOptions, seq_start: int,
         else:
             recs.append(_text_records(parsed, fmt, opts, stats, quar))
     rec = pl.concat(recs, how="vertical_relaxed") if recs else None
+    if rec is not None and len(recs) > 1:
+        rec = rec.sort(["_fid", "line"])
+    return Prepared(table, rec, stats, quar)
+
+
+def finish_many(prep: Prepared, seq_start: int, dedup: Deduper) -> tuple[Batch, int]:
+    """Out-of-order, dedupe and ``seq`` of a prepared group (state carried across groups: call in
+    reading order) -> (one Batch, the next seq)."""
+    table, rec, stats, quar = prep.table, prep.records, prep.stats, list(prep.quarantine)
     fin = Finisher("", seq_start, dedup)
     if rec is not None and rec.height:
-        if len(recs) > 1:
-            rec = rec.sort(["_fid", "line"])
         paths = table["_path"]
         events, q = fin.finish(rec.drop("_fid"), stats)
         if q.height:
@@ -252,3 +270,10 @@ def parse_many(files: Sequence[WholeFile], opts: ReadOptions, seq_start: int,
     else:
         q = empty_quarantine()
     return Batch(events, q, stats), fin.next_seq
+
+
+def parse_many(files: Sequence[WholeFile], opts: ReadOptions, seq_start: int,
+               dedup: Deduper) -> tuple[Batch, int]:
+    """Whole text files (in reading order) -> (one Batch, the next seq), as if each file had been
+    read alone, in order: ``finish_many(prepare_many(files, opts), seq_start, dedup)``."""
+    return finish_many(prepare_many(files, opts), seq_start, dedup)

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import os
+from dataclasses import replace
 
 import polars as pl
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from polars.testing import assert_frame_equal
 
+from recovery_logs.sources.files import iter_batches
 from recovery_logs.sources.read_common import Deduper, ReadOptions
 from recovery_logs.sources.read_many import WholeFile, parse_many
 from recovery_logs.sources.read_text import TextParser
@@ -87,3 +89,31 @@ def test_multiline_records_never_cross_files(tmp_path):
     assert ev["file"].to_list() == [files[0].path, files[1].path, files[1].path]
     assert ev["host"].to_list() == ["n1", "n2", "n2"]
     _check(files, ReadOptions(year=2026))
+
+
+def test_groups_parsed_ahead_give_the_same_batches(tmp_path):
+    """``ReadOptions.parse_ahead``: groups parsed in the parse thread and finished in order give the
+    same batches (events, seq, quarantine, stats) as parsing each group in turn, over many groups,
+    with duplicates across groups, an unreadable file and a large (streamed) file between them."""
+    root = tmp_path / "logs"
+    for p, _ in FILES:
+        for n in range(3):
+            dst = root / f"copy{n}" / p.relative_to(FIX)
+            dst.parent.mkdir(parents=True, exist_ok=True)
+            dst.write_bytes(DATA[str(p)])      # the same lines again: duplicates across groups
+    (root / "copy1" / "gpu-n08.log.gz").write_bytes(b"\x1f\x8b\x08\x00" + b"not a deflate stream" * 50)   # unreadable
+    big = root / "copy2" / "big" / "gpu-n09.out"
+    big.parent.mkdir(parents=True)
+    big.write_text("".join(f"[rank0]: step {i} loss 1.0\n" for i in range(40_000)))   # over one chunk: streamed
+    opts = ReadOptions(year=2026, batch_lines=500)   # 80 KB groups: many of them
+
+    def read(ahead: bool) -> list:
+        return list(iter_batches([root], replace(opts, parse_ahead=ahead)))
+
+    a, b = read(False), read(True)
+    assert len(a) == len(b) > 5
+    for x, y in zip(a, b, strict=True):
+        assert_frame_equal(x.events, y.events)
+        assert_frame_equal(x.quarantine, y.quarantine)
+        assert x.stats == y.stats
+    assert sum(x.stats["duplicates"] for x in a) > 0 and sum(x.stats["unreadable"] for x in a) == 1
