@@ -1,6 +1,7 @@
 """Replay throughput against ripgrep and a plain Python `re` loop with the same rules, in one run.
 
     python benchmarks/replay_speed.py [--lines 1500000] [--out bench-out/replay]
+    python benchmarks/replay_speed.py --threads-ab 3     # one thread vs reader + parse threads, alternated
 
 Generates ~1.5 M mixed log lines (kernel syslog per node + job output with NCCL chatter, Megatron
 progress lines and ~3 % fault lines), then measures, on the same files:
@@ -206,13 +207,17 @@ def bench_stages_child(paths: list[str]) -> dict:
     return json.loads(p.stdout.strip().splitlines()[-1])
 
 
-def bench_replay_child(paths: list[str], accounting: Path | None = None) -> dict:
-    """Run replay in a child process; return its wall time, peak RSS and summary."""
+def bench_replay_child(paths: list[str], accounting: Path | None = None, serial: bool = False) -> dict:
+    """Run replay in a child process; return its wall time, peak RSS and summary. ``serial``: without
+    the read-ahead and parse threads (``ReplayOptions.read_ahead=0``, ``ReadOptions.parse_ahead=False``)."""
     code = (
         "import json,os,resource,sys,time\n"
         "from recovery_logs.pipeline.replay import ReplayOptions, replay\n"
+        "from recovery_logs.sources.read_common import ReadOptions\n"
         "acc=os.environ.get('RL_BENCH_ACCOUNTING') or None\n"
-        "t=time.perf_counter(); r=replay(sys.argv[1:], ReplayOptions(accounting=acc)); el=time.perf_counter()-t\n"
+        "serial=os.environ.get('RL_BENCH_SERIAL')=='1'\n"
+        "ro=ReplayOptions(accounting=acc, read_ahead=0, read=ReadOptions(parse_ahead=False)) if serial else ReplayOptions(accounting=acc)\n"
+        "t=time.perf_counter(); r=replay(sys.argv[1:], ro); el=time.perf_counter()-t\n"
         "ru=resource.getrusage(resource.RUSAGE_SELF)\n"
         "print(json.dumps({'elapsed_s':el,'peak_rss_mb':ru.ru_maxrss/1024,'cpu_s':ru.ru_utime+ru.ru_stime,"
         "'events':r.summary['events'],'findings':r.summary['findings'],'incidents':r.summary['incidents'],"
@@ -221,7 +226,7 @@ def bench_replay_child(paths: list[str], accounting: Path | None = None) -> dict
     )
     p = subprocess.run([sys.executable, "-c", code, *paths], capture_output=True, text=True, check=False,
                        env={**os.environ, "POLARS_MAX_THREADS": os.environ.get("POLARS_MAX_THREADS", "2"),
-                            "RL_BENCH_ACCOUNTING": str(accounting or "")})
+                            "RL_BENCH_ACCOUNTING": str(accounting or ""), "RL_BENCH_SERIAL": "1" if serial else ""})
     if p.returncode != 0:
         raise SystemExit(f"replay failed: {p.stderr[-2000:]}")
     return json.loads(p.stdout.strip().splitlines()[-1])
@@ -242,6 +247,28 @@ def memory_runs(out: Path, sizes: list[int]) -> None:
               f"{r['peak_rss_mb']:7.0f} MB peak RSS  {r['elapsed_s']:6.1f} s  {r['events']:,} events")
 
 
+def threads_ab(out: Path, n_lines: int, rounds: int) -> None:
+    """Replay in one thread vs with the read-ahead and parse threads, alternated ``rounds`` times."""
+    import statistics
+
+    d = out / f"lines-{n_lines}"
+    if not d.exists():
+        generate(d, n_lines)
+    runs: dict[bool, list[dict]] = {True: [], False: []}
+    for _ in range(rounds):
+        for serial in (True, False):
+            runs[serial].append(bench_replay_child([str(d)], serial=serial))
+    med = {k: {m: statistics.median(r[m] for r in v) for m in ("elapsed_s", "cpu_s", "peak_rss_mb")}
+           for k, v in runs.items()}
+    same = all(r["findings"] == runs[True][0]["findings"] and r["incidents"] == runs[True][0]["incidents"]
+               for v in runs.values() for r in v)
+    print(f"replay of {n_lines:,} lines, {rounds} alternations (medians): one thread {med[True]['elapsed_s']:.2f} s wall, "
+          f"{med[True]['cpu_s']:.2f} s CPU, {med[True]['peak_rss_mb']:.0f} MB; reader+parse threads "
+          f"{med[False]['elapsed_s']:.2f} s wall, {med[False]['cpu_s']:.2f} s CPU, {med[False]['peak_rss_mb']:.0f} MB; "
+          f"wall ratio {med[True]['elapsed_s'] / med[False]['elapsed_s']:.2f}x; same findings and incidents: {same}; "
+          f"load {os.getloadavg()[0]:.1f}")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--lines", type=int, default=1_500_000)
@@ -252,7 +279,13 @@ def main() -> None:
                     help="input sizes (lines) of the memory-vs-size runs (default: 1/3, 2/3 and all of --lines); "
                          "e.g. --memory-lines 1500000 5000000 10000000")
     ap.add_argument("--memory-only", action="store_true", help="only the memory-vs-size runs")
+    ap.add_argument("--threads-ab", type=int, default=0, metavar="N",
+                    help="only: N alternations of replay in one thread (no read-ahead, no parse thread) vs the "
+                         "default (reader and parse threads), wall/CPU/RSS medians and whether the results agree")
     args = ap.parse_args()
+    if args.threads_ab:
+        threads_ab(args.out, args.lines, args.threads_ab)
+        return
     if args.memory_only:
         memory_runs(args.out, args.memory_lines or [args.lines])
         return
