@@ -626,7 +626,9 @@ def replay_sharded(paths: Sequence[str | Path], options: ReplayOptions | None = 
     if any(is_archive(p) for p in paths):
         raise ConfigError("an archive is replayed in one process (its days are read in order)")
     t0 = time.perf_counter()
-    read = opts.read or ReadOptions()
+    # each Ray worker already has its share of the cores (POLARS_MAX_THREADS = cores / workers): a
+    # parse thread per worker would oversubscribe them; the batches are the same either way
+    read = replace(opts.read or ReadOptions(), parse_ahead=False)
     ray = _ray(workers, address)
     timings = {"ray_start": time.perf_counter() - t0}
     have = max(1, int(ray.cluster_resources().get("CPU", 1)))
