@@ -47,6 +47,7 @@ class Replayed:
     windows: pl.DataFrame
     truth: dict[str, Any] | None
     watermark_ns: int
+    progress: pl.DataFrame | None = None    # plain progress findings held narrow (``findings`` has the rest)
 
 
 def replay_rules(path: str | Path) -> Replayed:
@@ -56,7 +57,8 @@ def replay_rules(path: str | Path) -> Replayed:
     eng = Engine(EngineConfig(), detectors=[])
     res = replay([p], engine=eng)
     truth = load_truth(p)
-    return Replayed(p, res.engine.findings, res.engine.windows, truth, int(res.engine.max_time_ns or 0))
+    return Replayed(p, res.engine.rule_findings, res.engine.windows, truth, int(res.engine.max_time_ns or 0),
+                    res.engine.progress)
 
 
 def _before_fault(feats: pl.DataFrame, truth: dict[str, Any] | None, window: str) -> pl.DataFrame:
@@ -86,7 +88,7 @@ def training_frame(paths: list[str | Path], window: str = "60s", normal_only: bo
         dirs = scenario_dirs(p) or [p]
         for d in dirs:
             r = replay_rules(d)
-            feats = pipeline_features(r.findings, r.windows, window)
+            feats = pipeline_features(r.findings, r.windows, window, progress=r.progress)
             if normal_only:
                 feats = _before_fault(feats, r.truth, window)
             frames.append(feats.with_columns(pl.lit(str(d)).alias("source")))
@@ -124,7 +126,7 @@ def evaluate_detectors(root: str | Path, anomaly: Any = None, window: str = "60s
     for d in scenario_dirs(root):
         r = replay_rules(d)
         truth = r.truth or {}
-        ctx = DetectContext(r.watermark_ns)
+        ctx = DetectContext(r.watermark_ns, progress=r.progress)
         kind, culprit = truth.get("fault_kind"), truth.get("culprit_node")
         fault_t = _t(truth.get("fault_time"))
         row: dict[str, Any] = {"scenario": d.name, "fault_kind": kind, "culprit": culprit}
@@ -249,7 +251,7 @@ def evaluate_novel(roots: list[str | Path], anomaly: Any) -> dict[str, Any]:
         for d in scenario_dirs(root):
             r = replay_rules(d)
             truth = r.truth or {}
-            ctx = DetectContext(r.watermark_ns)
+            ctx = DetectContext(r.watermark_ns, progress=r.progress)
             a = anomaly.detect(r.findings, r.windows, ctx)
             novel = a.filter(pl.col("role") == "cause")
             fault_t = _t(truth.get("fault_time"))
@@ -259,7 +261,7 @@ def evaluate_novel(roots: list[str | Path], anomaly: Any) -> dict[str, Any]:
                 m = novel.filter((pl.col("host") == culprit) & (pl.col("time").dt.epoch("ns") >= fault_t)
                                  & (pl.col("time").dt.epoch("ns") <= fault_t + 600 * NS))
                 hit = None if m.is_empty() else (int(m["time"].dt.epoch("ns").min()) - fault_t) / NS
-            feats = pipeline_features(r.findings, r.windows)
+            feats = pipeline_features(r.findings, r.windows, progress=r.progress)
             per.append({"scenario": d.name, "kind": truth.get("fault_kind"), "culprit": culprit,
                         "windows": feats.height, "flagged": novel.height,
                         "flagged_other_hosts": novel.filter(pl.col("host") != (culprit or "")).height,

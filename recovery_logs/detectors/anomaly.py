@@ -242,17 +242,19 @@ class AnomalyDetector:
         return self.model
 
     def score_windows(self, findings: pl.DataFrame, windows: pl.DataFrame, watermark_ns: int,
-                      only_unexplained: bool = False) -> pl.DataFrame:
+                      only_unexplained: bool = False, progress: pl.DataFrame | None = None) -> pl.DataFrame:
         """Every complete window up to the watermark with its features, ``score`` (higher = more
         anomalous), ``outside`` (a feature out of its training range) and ``flagged``.
         ``only_unexplained``: only windows in which no rule fired (what ``detect`` can report by
-        default; each window is scored on its own, so the scores are the same)."""
+        default; each window is scored on its own, so the scores are the same). ``progress``: progress
+        findings held beside ``findings`` as narrow rows (``DetectContext.progress``)."""
         wn = window_ns(self.window)
         f = upto(findings.select(FINDING_INPUT_COLS), watermark_ns)    # only what the features read
         w = windows
         if not w.is_empty() and "window_start" in w.columns:
             w = w.filter(pl.col("window_start").dt.epoch("ns") <= watermark_ns)
-        feats = pipeline_features(f, w, self.window)
+        prog = None if progress is None else upto(progress, watermark_ns)
+        feats = pipeline_features(f, w, self.window, progress=prog)
         feats = feats.filter(pl.col("window_start").dt.epoch("ns") + wn <= watermark_ns)
         if only_unexplained:
             feats = feats.filter(pl.col("n_findings") == 0)
@@ -271,7 +273,8 @@ class AnomalyDetector:
     def detect(self, findings: pl.DataFrame, windows: pl.DataFrame, ctx: DetectContext) -> pl.DataFrame:
         wn = window_ns(self.window)
         # closed windows only; by default only windows no rule explains can be reported: only those are scored
-        scored = self.score_windows(findings, windows, ctx.scored_until, only_unexplained=not self.supporting)
+        scored = self.score_windows(findings, windows, ctx.scored_until, only_unexplained=not self.supporting,
+                                    progress=ctx.progress)
         if scored.is_empty():
             return empty_findings()
         hit = scored.filter(pl.col("flagged"))

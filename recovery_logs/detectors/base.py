@@ -18,7 +18,7 @@ Synthetic findings carry ``rule_id="detector.<name>"``, ``file="detector"``, ``l
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
 
 import polars as pl
@@ -36,12 +36,16 @@ class DetectContext:
     ``closed_ns``: event time up to which every source has delivered (a live reader behind in one
     file); a window ending after it may still get events and must not be scored. None: the
     watermark (replay, where everything was read before detection).
+    ``progress``: plain training-progress findings held beside the findings frame as narrow rows
+    (``detectors.progress.PROGRESS_SCHEMA``; the engine's); detectors read them with the frame's own
+    progress rows through ``detectors.progress.observations``. None: all are in the frame.
     """
 
     watermark_ns: int
     job_states: dict[str, str] | None = None
     config: object | None = None
     closed_ns: int | None = None
+    progress: pl.DataFrame | None = field(default=None, compare=False, repr=False)
 
     @property
     def scored_until(self) -> int:

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import polars as pl
 
+from recovery_logs.detectors.progress import merged
 from recovery_logs.detectors.templates import add_template_columns
 from recovery_logs.errors import ConfigError
 from recovery_logs.schema import TIME, Category
@@ -82,15 +83,17 @@ def _baseline_ratio(df: pl.DataFrame, col: str, out: str, k: int, log_diff: bool
 
 # the findings columns finding_features reads (a caller filtering the findings first selects these:
 # a filter copies every column it keeps)
-FINDING_INPUT_COLS = ("time", "rule_id", "host", "job_id", "role", "category", "step_time_s")
+FINDING_INPUT_COLS = ("time", "seq", "rule_id", "host", "job_id", "role", "category", "step_time_s")
+_PROG_COLS = ("time", "seq", "rule_id", "host", "job_id", "step_time_s")
 
 
-def finding_features(findings: pl.DataFrame, window: str | float = "60s", baseline_windows: int = 30) -> pl.DataFrame:
-    """Per (host, job_id, window_start): the FINDING_FEATURES columns. Detector findings are ignored."""
+def finding_features(findings: pl.DataFrame, window: str | float = "60s", baseline_windows: int = 30,
+                     progress: pl.DataFrame | None = None) -> pl.DataFrame:
+    """Per (host, job_id, window_start): the FINDING_FEATURES columns. Detector findings are ignored.
+    ``progress``: progress findings held beside ``findings`` as narrow rows (``DetectContext.progress``)."""
     wn = window_ns(window)
-    f = findings.select(FINDING_INPUT_COLS).filter(
-        pl.col("time").is_not_null() & ~pl.col("rule_id").fill_null("").str.starts_with("detector.")
-    ).with_columns(_bucket(wn))
+    usable = pl.col("time").is_not_null() & ~pl.col("rule_id").fill_null("").str.starts_with("detector.")
+    f = findings.select(FINDING_INPUT_COLS).filter(usable).with_columns(_bucket(wn))
     rules = f.filter(pl.col("role") != "progress")
     cats = [c.removeprefix("cat_") for c in CATEGORY_FEATURES]
     agg_rules = rules.group_by(["host", "job_id", "_w"]).agg(
@@ -99,7 +102,8 @@ def finding_features(findings: pl.DataFrame, window: str | float = "60s", baseli
         pl.col("rule_id").n_unique().cast(pl.Float64).alias("n_rules"),
         (pl.col("role") == "cause").sum().cast(pl.Float64).alias("n_cause"),
         (pl.col("role") == "symptom").sum().cast(pl.Float64).alias("n_symptom"))
-    prog = f.filter(pl.col("role") == "progress")
+    own = f.filter(pl.col("role") == "progress").select(*_PROG_COLS, "_w")
+    prog = own if progress is None else merged(own.drop("_w"), progress).filter(usable).with_columns(_bucket(wn))
     st = pl.col("step_time_s").filter(pl.col("step_time_s").is_finite())
     agg_prog = prog.group_by(["host", "job_id", "_w"]).agg(
         pl.len().cast(pl.Float64).alias("n_progress"),
@@ -168,10 +172,11 @@ def line_features(windows: pl.DataFrame, window: str | float = "60s", baseline_w
 
 
 def pipeline_features(findings: pl.DataFrame, windows: pl.DataFrame, window: str | float = "60s",
-                      baseline_windows: int = 30) -> pl.DataFrame:
+                      baseline_windows: int = 30, progress: pl.DataFrame | None = None) -> pl.DataFrame:
     """PIPELINE_FEATURES per (host, job_id, window_start): what the AnomalyDetector scores and what
-    the default model is trained on (one function for both, so training and detection agree)."""
-    ff = finding_features(findings, window, baseline_windows)
+    the default model is trained on (one function for both, so training and detection agree).
+    ``progress``: as in :func:`finding_features`."""
+    ff = finding_features(findings, window, baseline_windows, progress)
     lf = line_features(windows, window, baseline_windows)
     keys = pl.concat([ff.select(KEYS), lf.select(KEYS)]).unique()
     df = keys.join(ff, on=KEYS, how="left", nulls_equal=True).join(lf, on=KEYS, how="left", nulls_equal=True)

@@ -32,6 +32,7 @@ from dataclasses import dataclass
 import polars as pl
 
 from recovery_logs.detectors.base import DetectContext, synthetic_findings, upto
+from recovery_logs.detectors.progress import observations
 from recovery_logs.schema import empty_findings
 from recovery_logs.timeutil import NS, ns_to_iso
 
@@ -45,14 +46,19 @@ def _own_input(findings: pl.DataFrame) -> pl.DataFrame:
     return findings.filter(~pl.col("rule_id").fill_null("").str.starts_with("detector."))
 
 
-# the columns the detector reads: a filter copies every column it keeps, and on a fleet the findings are
-# hundreds of thousands of progress rows (the whole frame's copies were the replay's peak memory)
+# the columns the detector reads of the other findings: a filter copies every column it keeps
 _COLS = ("time", "seq", "rule_id", "job_id", "host", "step", "role", "category", "time_inferred")
 
 
 def _narrow(findings: pl.DataFrame, watermark_ns: int) -> pl.DataFrame:
     """The detector's own input (rule findings up to the watermark), only the columns it reads."""
     return _own_input(upto(findings.select(_COLS), watermark_ns))
+
+
+def _progress(findings: pl.DataFrame, ctx: DetectContext) -> pl.DataFrame:
+    """The job progress observations up to the watermark (``detectors.progress.observations``)."""
+    return _own_input(upto(observations(findings, ctx.progress), ctx.watermark_ns)).filter(
+        pl.col("job_id").is_not_null())
 
 
 def progress_ticks(progress: pl.DataFrame) -> pl.DataFrame:
@@ -86,14 +92,12 @@ class HangDetector:
 
     def gaps(self, findings: pl.DataFrame, ctx: DetectContext) -> pl.DataFrame:
         """Every silence that qualifies as a hang up to the watermark (one row per gap)."""
-        return self._gaps(_narrow(findings, ctx.watermark_ns), ctx)
+        return self._gaps(_narrow(findings, ctx.watermark_ns), _progress(findings, ctx), ctx)
 
-    def _gaps(self, own: pl.DataFrame, ctx: DetectContext) -> pl.DataFrame:
-        """:meth:`gaps` of the detector's input as ``_narrow`` gives it."""
-        f = own.filter(pl.col("job_id").is_not_null())
-        prog = f.filter(pl.col("role") == "progress")
+    def _gaps(self, own: pl.DataFrame, prog: pl.DataFrame, ctx: DetectContext) -> pl.DataFrame:
+        """:meth:`gaps` of the detector's input as ``_narrow`` and ``_progress`` give it."""
         ticks = progress_ticks(prog)
-        self._log_quiet_jobs(f, ticks)
+        self._log_quiet_jobs(own, prog, ticks)
         w = ctx.watermark_ns
         g = (ticks.with_columns(
                 (pl.col("t").diff().over("job_id") / NS).alias("interval_s"),
@@ -121,10 +125,10 @@ class HangDetector:
 
     def detect(self, findings: pl.DataFrame, windows: pl.DataFrame, ctx: DetectContext) -> pl.DataFrame:
         own = _narrow(findings, ctx.watermark_ns)
-        g = self._gaps(own, ctx)
+        prog = _progress(findings, ctx)
+        g = self._gaps(own, prog, ctx)
         if g.is_empty():
             return empty_findings()
-        prog = own.filter((pl.col("role") == "progress") & pl.col("job_id").is_not_null())
         rows = []
         for r in g.iter_rows(named=True):
             suspect = self._suspect_host(prog, r["job_id"], r["fire_t"])
@@ -207,11 +211,11 @@ class HangDetector:
             return last["host"][0]
         return None
 
-    def _log_quiet_jobs(self, f: pl.DataFrame, ticks: pl.DataFrame) -> None:
+    def _log_quiet_jobs(self, own: pl.DataFrame, prog: pl.DataFrame, ticks: pl.DataFrame) -> None:
         if not log.isEnabledFor(logging.DEBUG):
             return
         counts = dict(ticks.group_by("job_id").len().iter_rows())
-        for job in sorted(set(f["job_id"].drop_nulls().to_list())):
+        for job in sorted(set(own["job_id"].drop_nulls().to_list()) | set(prog["job_id"].to_list())):
             n = counts.get(job, 0)
             if n == 0:
                 log.debug("hang detector: job %s has no progress lines; hang detection is off for it", job)

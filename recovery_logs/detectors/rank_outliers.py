@@ -25,7 +25,8 @@ from datetime import datetime
 import numpy as np
 import polars as pl
 
-from recovery_logs.detectors.base import DetectContext, upto, with_rank
+from recovery_logs.detectors.base import DetectContext, upto
+from recovery_logs.detectors.progress import observations
 
 MEGATRON_ETPT = "progress.megatron_etpt_extremes"
 NVRX_PERF_DICT = "progress.nvrx_perf_dict"
@@ -150,9 +151,6 @@ def list_report_verdicts(findings: pl.DataFrame, ctx: DetectContext, ratio: floa
     return rows
 
 
-_COLS = ("time", "seq", "job_id", "host", "rank", "rule_id", "role", "message", "step", "step_time_s")
-
-
 def progress_outliers(findings: pl.DataFrame, ctx: DetectContext, ratio: float, single_ratio: float, min_z: float,
                       rel_floor: float, min_ranks: int, first_steps: int, exclude: tuple[str, ...]) -> list[dict]:
     """Per (job, progress rule) and step, the ranks' step times compared: a rank is an outlier in a
@@ -164,18 +162,19 @@ def progress_outliers(findings: pl.DataFrame, ctx: DetectContext, ratio: float, 
     first step (in event time) that decides it — a later watermark finds the same step, an earlier
     one nothing. A rank is (host, rank) so torchrun's per-node ``[defaultN]`` local ranks stay apart."""
     st = pl.col("step_time_s")
-    p = (upto(findings.select(_COLS), ctx.watermark_ns)
-         .filter((pl.col("role") == "progress") & pl.col("job_id").is_not_null() & pl.col("step").is_not_null()
+    p = (upto(observations(findings, ctx.progress), ctx.watermark_ns)
+         .filter(pl.col("job_id").is_not_null() & pl.col("step").is_not_null()
                  & st.is_not_null() & st.is_finite() & (st > 0)
                  & ~pl.col("rule_id").fill_null("").str.starts_with("detector.") & ~pl.col("rule_id").is_in(list(exclude))))
     if p.is_empty():
         return []
     key = ["job_id", "rule_id", "step"]
-    # the job's first steps only, before the ranks are read from the messages (a fleet has 100k+ progress rows)
+    # the job's first steps only (a fleet has 100k+ progress rows); the line's rank (read once: rank_line)
     first = (p.select("job_id", "rule_id", "step").unique()
              .with_columns(pl.col("step").rank("dense").over(["job_id", "rule_id"]).alias("k"))
              .filter(pl.col("k") <= first_steps).drop("k"))
-    p = with_rank(p.join(first, on=key, how="inner")).filter(pl.col("rank").is_not_null())
+    p = (p.join(first, on=key, how="inner").drop("rank").rename({"rank_line": "rank"})
+         .filter(pl.col("rank").is_not_null()))
     r = p.group_by([*key, "host", "rank"]).agg(st.median().alias("t"), pl.col("time").max().alias("tm"))
     r = r.with_columns(pl.col("t").median().over(key).alias("med"), pl.len().over(key).alias("n"),
                        pl.col("tm").max().over(key).alias("gt"))

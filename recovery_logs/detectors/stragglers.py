@@ -64,7 +64,8 @@ from dataclasses import dataclass
 import numpy as np
 import polars as pl
 
-from recovery_logs.detectors.base import DetectContext, synthetic_findings, upto, with_rank
+from recovery_logs.detectors.base import DetectContext, synthetic_findings, upto
+from recovery_logs.detectors.progress import observations
 from recovery_logs.detectors.rank_outliers import LIST_RULES, list_report_verdicts, progress_outliers
 from recovery_logs.schema import empty_findings
 from recovery_logs.timeutil import NS, ns_to_iso
@@ -106,13 +107,9 @@ class StragglerDetector:
     def window_scores(self, findings: pl.DataFrame, ctx: DetectContext) -> tuple[pl.DataFrame, pl.DataFrame]:
         """(rank scores, host scores) per job and complete window up to the watermark."""
         wn = int(self.window_s * NS)
-        # only the columns read below: filtering the whole findings frame copied all of them
-        cols = ["time", "role", "job_id", "rule_id", "step_time_s", "rank", "message", "host"]
-        p = (upto(findings.select(cols), ctx.watermark_ns)
-             .filter((pl.col("role") == "progress") & pl.col("job_id").is_not_null()
-                     & ~pl.col("rule_id").fill_null("").str.starts_with("detector."))
-             .filter(pl.col("step_time_s").is_not_null() & pl.col("step_time_s").is_finite()))
-        p = with_rank(p)
+        # the progress observations (detectors.progress): the rank of each line read once, not per pass
+        p = (_observed(findings, ctx).filter(pl.col("step_time_s").is_not_null() & pl.col("step_time_s").is_finite())
+             .drop("rank").rename({"rank_line": "rank"}))
         if log.isEnabledFor(logging.DEBUG):
             for job in sorted(set(p.filter(pl.col("rank").is_null())["job_id"].to_list())):
                 log.debug("straggler detector: job %s has step times without a rank; those lines are ignored", job)
@@ -268,10 +265,18 @@ def _num(d: dict, key: str) -> float | None:
         return None
 
 
-def _rank_hosts(f: pl.DataFrame) -> dict[tuple[str, int], str]:
+def _observed(findings: pl.DataFrame, ctx: DetectContext) -> pl.DataFrame:
+    """The job progress observations up to the watermark (``detectors.progress.observations``)."""
+    return upto(observations(findings, ctx.progress), ctx.watermark_ns).filter(
+        pl.col("job_id").is_not_null() & ~pl.col("rule_id").fill_null("").str.starts_with("detector."))
+
+
+def _rank_hosts(obs: pl.DataFrame) -> dict[tuple[str, int], str]:
     """(job, rank) -> host, from (per-rank progress) lines that carry both, for jobs whose ranks are
-    seen on 2+ hosts (one file holding every rank's output names no host per rank: no map)."""
-    r = with_rank(f).filter(pl.col("rank").is_not_null() & pl.col("host").is_not_null())
+    seen on 2+ hosts (one file holding every rank's output names no host per rank: no map).
+    ``obs``: progress observations (the line's rank: ``rank_line``)."""
+    r = obs.select("job_id", "host", pl.col("rank_line").alias("rank")).filter(
+        pl.col("rank").is_not_null() & pl.col("host").is_not_null())
     r = r.group_by(["job_id", "rank"]).agg(pl.col("host").mode().first())
     multi = r.group_by("job_id").agg(pl.col("host").n_unique().alias("nh")).filter(pl.col("nh") >= 2)["job_id"]
     r = r.filter(pl.col("job_id").is_in(multi.implode()))
@@ -280,18 +285,13 @@ def _rank_hosts(f: pl.DataFrame) -> dict[tuple[str, int], str]:
 
 def report_verdicts(det: StragglerDetector, findings: pl.DataFrame, ctx: DetectContext) -> list[dict]:
     """Verdicts from timing reports and job slowdowns (see the module docstring)."""
-    # only the columns each step reads: a filter copies every column it keeps, and on a fleet the findings
-    # are hundreds of thousands of progress rows (messages are read for the reports and the rank map only)
     keep = pl.col("job_id").is_not_null() & ~pl.col("rule_id").fill_null("").str.starts_with("detector.")
-    f = upto(findings.select(_SLOWDOWN_COLS), ctx.watermark_ns).filter(keep)
-    if f.is_empty():
-        return []
+    obs = _observed(findings, ctx)
     rep = (upto(findings.filter(pl.col("rule_id").is_in(REPORT_RULES)), ctx.watermark_ns).filter(keep)
            .sort(["time", "seq"], nulls_last=True))
     rows: list[dict] = []
     megatron = rep.filter(pl.col("rule_id").is_in([MEGATRON_REPORT, MEGATRON_ALL])).height > 0   # bare ranks
-    hosts = (_rank_hosts(upto(findings.select(_RANK_COLS).filter(pl.col("role") == "progress"),
-                              ctx.watermark_ns).filter(keep)) if megatron else {})
+    hosts = _rank_hosts(obs) if megatron else {}
     for (job,), g in rep.group_by(["job_id"], maintain_order=True):
         recs = g.select("time", "rule_id", "message", "detail").iter_rows(named=True)
         by_rule: dict[str, list[dict]] = {}
@@ -304,7 +304,7 @@ def report_verdicts(det: StragglerDetector, findings: pl.DataFrame, ctx: DetectC
         rows += _megatron_all_ranks(det, job, by_rule.get(MEGATRON_ALL, []), hosts)
         rows += _megatron_timers(det, job, by_rule.get(MEGATRON_TIMERS, []))
         rows += _nvrx(det, job, by_rule.get(NVRX_WARNING, []), by_rule.get(NVRX_SCORES, []))
-    rows += _slowdowns(det, f)
+    rows += _slowdowns(det, obs)
     return rows
 
 
@@ -519,17 +519,13 @@ def rank_outliers(det: StragglerDetector, findings: pl.DataFrame, ctx: DetectCon
                                     REPORT_RULES + LIST_RULES)
 
 
-_SLOWDOWN_COLS = ("time", "seq", "job_id", "host", "rank", "rule_id", "role", "step_time_s")
-_RANK_COLS = ("time", "job_id", "host", "rank", "rule_id", "role", "message")
-
-
 def _slowdowns(det: StragglerDetector, f: pl.DataFrame) -> list[dict]:
     """Per progress stream (job, host, rank, rule): the last ``slowdown_persist`` step times all at
-    ``slowdown_ratio`` × the median of up to ``slowdown_window`` before them (at least
-    ``slowdown_baseline``). Vectorised (rolling windows over each stream); one finding per job."""
+    ``slowdown_baseline``). Vectorised (rolling windows over each stream); one finding per job.
+    ``f``: progress observations (the rule's rank: a stream is what the rule tells apart)."""
     key = ["job_id", "host", "rank", "rule_id"]
     st = pl.col("step_time_s")
-    p = (f.filter((pl.col("role") == "progress") & st.is_not_null() & st.is_finite() & (st > 0))
+    p = (f.filter(st.is_not_null() & st.is_finite() & (st > 0))
          .sort(["time", "seq"], nulls_last=True))
     if p.height < det.slowdown_baseline + det.slowdown_persist:
         return []

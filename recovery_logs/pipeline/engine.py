@@ -24,13 +24,16 @@ from recovery_logs.detectors.anomaly import AnomalyDetector
 from recovery_logs.detectors.base import DetectContext, Detector
 from recovery_logs.detectors.hangs import HangDetector
 from recovery_logs.detectors.linescore import LineScoreParams, LineStats, score_lines
+from recovery_logs.detectors.progress import is_plain
+from recovery_logs.detectors.rank_outliers import LIST_RULES
 from recovery_logs.detectors.rulepack import RulePack, load_packs
 from recovery_logs.detectors.rules import match
-from recovery_logs.detectors.stragglers import StragglerDetector
+from recovery_logs.detectors.stragglers import REPORT_RULES, StragglerDetector
 from recovery_logs.errors import ConfigError
 from recovery_logs.inventory import GpuInventory, fill_gpus, inventory_records, nccl_gpu_records
 from recovery_logs.jobjoin import annotate, fill_jobs, tag_attempts
 from recovery_logs.pipeline.enrich import fill_gpu, nccl_addresses, subject_host
+from recovery_logs.pipeline.progress_store import ProgressStore
 from recovery_logs.records import Incident
 from recovery_logs.remediation.plan import RECORD_ONLY, plan
 from recovery_logs.schema import PROGRESS_CATEGORY, check_events, empty_findings, own_strings
@@ -104,6 +107,8 @@ class EnginePart:
 
 
 LINE_SCORE_PARAMS = LineScoreParams()
+# progress rules whose text a detector parses (the straggler timing reports): kept as full rows
+TEXT_RULES = frozenset((*REPORT_RULES, *LIST_RULES))
 
 
 def _sorted_findings(chunks: list[pl.DataFrame]) -> pl.DataFrame:
@@ -131,7 +136,10 @@ class Engine:
     """Accumulates evidence from event batches and ranks incidents on demand."""
 
     def __init__(self, config: EngineConfig | None = None, pack: RulePack | None = None,
-                 detectors: Sequence[Detector] | None = None, job_states: dict[str, str] | None = None) -> None:
+                 detectors: Sequence[Detector] | None = None, job_states: dict[str, str] | None = None,
+                 narrow_progress: bool = True) -> None:
+        """``narrow_progress=False``: every finding kept as a full row (the reference the narrow
+        progress rows are tested against: the same incidents and detector findings)."""
         self.config = config or EngineConfig()
         self.pack = pack if pack is not None else load_packs(self.config.rules_dir)
         self.detectors = list(detectors) if detectors is not None else default_detectors(self.config)
@@ -150,8 +158,12 @@ class Engine:
         self.stats: Counter[str] = Counter()
         self._sticky = empty_findings()
         self._det_cache: tuple[tuple[Any, ...], pl.DataFrame] | None = None
-        self._progress_rows = 0
-        self._oldest_progress_ns: int | None = None   # earliest progress finding held (None: none)
+        # plain progress findings (nearly all of a fleet's) are held narrow (detectors.progress); the
+        # rest, progress reports included, as full rows in _chunks
+        self.progress_store = ProgressStore()
+        self.narrow_progress = narrow_progress
+        self._main_progress_rows = 0                  # progress-category rows among the full rows
+        self._main_oldest_ns: int | None = None       # earliest of those (None: none)
         # False: the lines of every batch were counted elsewhere (a VictoriaLogs server's stats,
         # absorbed as an EnginePart of windows and spans); feed() then adds only what the batch's
         # findings, addresses and GPU records add, and its events are not counted again
@@ -213,14 +225,20 @@ class Engine:
         """Fold a part (from ``partial``, here or in a worker) into the state."""
         found = part.findings
         if found.height:
-            self._chunks.append(found)
-            self._findings_cache = None
-            prog = found.filter(pl.col("category") == "progress")
+            plain = found.select(is_plain(TEXT_RULES)).to_series() if self.narrow_progress else None
+            rest = found
+            if plain is not None and plain.any():
+                self.progress_store.add(found.filter(plain))
+                rest = found.filter(~plain)
+            if rest.height:
+                self._chunks.append(rest)
+                self._findings_cache = None
+            prog = rest.filter(pl.col("category") == PROGRESS_CATEGORY)
             if prog.height:
-                self._progress_rows += prog.height
+                self._main_progress_rows += prog.height
                 t0 = prog.select(pl.col("time").min().dt.epoch("ns")).item()
-                if t0 is not None and (self._oldest_progress_ns is None or t0 < self._oldest_progress_ns):
-                    self._oldest_progress_ns = int(t0)
+                if t0 is not None and (self._main_oldest_ns is None or t0 < self._main_oldest_ns):
+                    self._main_oldest_ns = int(t0)
         self.windows = merge_windows(self.windows, part.windows)
         self.spans = merge_spans(self.spans, part.spans)
         for ip, (t, h) in part.addresses.items():
@@ -242,7 +260,7 @@ class Engine:
         self.stats["events"] += part.events
         self.stats["findings"] += found.height
         cfg = self.config
-        if self._progress_rows > cfg.progress_compact_rows and self.max_time_ns is not None:
+        if self.progress_rows > cfg.progress_compact_rows and self.max_time_ns is not None:
             horizon = self.max_time_ns - int(cfg.progress_retention_s * 1e9)
             if self._compactable(horizon):   # else nothing would be dropped: no detector run for nothing
                 self.compact(horizon)
@@ -258,7 +276,32 @@ class Engine:
     # -- state -------------------------------------------------------------------------------
     @property
     def findings(self) -> pl.DataFrame:
-        """All rule findings so far, in (time, seq) order."""
+        """All rule findings so far, in (time, seq) order: :attr:`rule_findings` and the plain progress
+        findings held narrow (:attr:`progress`) as full rows again — every column as the rule gave it
+        but the text (``message``), which a plain progress line keeps only where it resumes a job's
+        progress (``pipeline.progress_store``). Built on each call: the engine's own stages read
+        :attr:`rule_findings` and :attr:`progress`."""
+        main = self.rule_findings
+        if self.progress_store.height == 0:
+            return main
+        wide = self.progress_store.widened()
+        if main.height == 0:
+            return wide
+        return pl.concat([main, wide]).sort(["time", "seq"], nulls_last=True, maintain_order=True)
+
+    @property
+    def progress(self) -> pl.DataFrame:
+        """The plain progress findings held, narrow (``detectors.progress.PROGRESS_SCHEMA``), in (time, seq) order."""
+        return self.progress_store.frame
+
+    @property
+    def findings_rows(self) -> int:
+        """Rule findings held (full and narrow rows): ``findings.height`` without building it."""
+        return sum(c.height for c in self._chunks) + self.progress_store.height
+
+    @property
+    def rule_findings(self) -> pl.DataFrame:
+        """The rule findings held as full rows (all but the plain progress ones), in (time, seq) order."""
         if self._findings_cache is None:
             if not self._chunks:
                 self._findings_cache = empty_findings()
@@ -282,8 +325,9 @@ class Engine:
                tuple(sorted((self.job_states or {}).items())))
         if self._det_cache is not None and self._det_cache[0] == key:   # incidents() and reports share it
             return self._det_cache[1]
-        ctx = DetectContext(watermark_ns=wm, job_states=self.job_states, config=self.config, closed_ns=closed)
-        base = self.findings
+        ctx = DetectContext(watermark_ns=wm, job_states=self.job_states, config=self.config, closed_ns=closed,
+                            progress=self.progress if self.progress_store.height else None)
+        base = self.rule_findings
         outs = [d.detect(base, self.windows, ctx) for d in self.detectors]
         if self.config.line_scores:
             outs.append(self.line_scores(wm))
@@ -296,7 +340,7 @@ class Engine:
     def line_scores(self, watermark_ns: int | None = None) -> pl.DataFrame:
         """``detectors.linescore`` findings over every line seen (at or before the watermark): rare
         error-level lines and new templates that no rule won."""
-        f = score_lines(self.line_stats, LINE_SCORE_PARAMS, self.findings.filter(pl.col("role") != "progress"))
+        f = score_lines(self.line_stats, LINE_SCORE_PARAMS, self.rule_findings.filter(pl.col("role") != "progress"))
         if watermark_ns is not None and f.height:
             f = f.filter(pl.col("time").is_null() | (pl.col("time").dt.epoch("ns") <= watermark_ns))
         return f
@@ -306,7 +350,8 @@ class Engine:
         than the horizon). When it would not, compacting only re-runs the detectors: a replay of an
         hour of a large fleet (more progress lines than ``progress_compact_rows``, none older than
         the retention) otherwise ran every detector once per batch."""
-        if self._oldest_progress_ns is not None and self._oldest_progress_ns < horizon_ns:
+        oldest = self._oldest_progress_ns
+        if oldest is not None and oldest < horizon_ns:
             return True
         if self.windows.height:
             w0 = self.windows.select(pl.col("window_start").min().dt.epoch("ns")).item()
@@ -323,43 +368,55 @@ class Engine:
         """
         if self.max_time_ns is not None:
             self._sticky = self.detector_findings(max(self.max_time_ns, self.watermark_ns or 0))
-        f = self.findings
+        f = self.rule_findings
         horizon = pl.lit(horizon_ns).cast(pl.Datetime("ns")).dt.replace_time_zone("UTC")
         keep = f.filter((pl.col("category") != "progress") | (pl.col("time") >= horizon))
-        dropped = f.height - keep.height
-        self._chunks = [keep]
-        self._findings_cache = keep
-        self._progress_rows = keep.filter(pl.col("category") == "progress").height
-        self._oldest_progress_ns = self._oldest_progress(keep)
+        dropped = f.height - keep.height + self.progress_store.keep(pl.col("time") >= horizon)
+        self._set_main(keep)
         self.windows = self.windows.filter(pl.col("window_start") >= horizon)
         self.stats["compacted"] += dropped
         return dropped
 
     def spill_findings(self, path: Path) -> None:
-        """Write the rule findings held to ``path`` (Arrow IPC, lz4) and let go of them, until
-        :meth:`load_findings`: a replay by allocation holds every bin's state between reading and
-        judging but only one bin's findings in memory at a time (``pipeline.scale``). Nothing else
-        may be fed in between."""
-        self.findings.write_ipc(path, compression="lz4")
+        """Write the rule findings held to ``path`` (Arrow IPC, lz4; the narrow progress rows beside
+        it, ``<path>.progress``) and let go of them, until :meth:`load_findings`: a replay by
+        allocation holds every bin's state between reading and judging but only one bin's findings
+        in memory at a time (``pipeline.scale``). Nothing else may be fed in between."""
+        self.rule_findings.write_ipc(path, compression="lz4")
+        self.progress_store.spill(_progress_path(path))
         self._chunks = []
         self._findings_cache = None
 
     def load_findings(self, path: Path) -> None:
-        """The findings :meth:`spill_findings` wrote, held again (same rows, same order)."""
+        """The findings :meth:`spill_findings` wrote, held again (same rows, same order; the narrow
+        rows' file is removed, ``path`` is the caller's)."""
         self._chunks = [pl.read_ipc(path)]
         self._findings_cache = None
+        self.progress_store.load(_progress_path(path))
 
     @property
     def progress_rows(self) -> int:
-        """Progress findings held."""
-        return self._progress_rows
+        """Progress findings held (narrow and full rows)."""
+        return self.progress_store.height + self._main_progress_rows
+
+    @property
+    def _oldest_progress_ns(self) -> int | None:
+        ts = [t for t in (self.progress_store.oldest_ns, self._main_oldest_ns) if t is not None]
+        return min(ts) if ts else None
+
+    def _set_main(self, keep: pl.DataFrame) -> None:
+        """Hold ``keep`` as the full rows (in order)."""
+        self._chunks = [keep]
+        self._findings_cache = keep
+        self._main_progress_rows = keep.filter(pl.col("category") == PROGRESS_CATEGORY).height
+        self._main_oldest_ns = self._oldest_progress(keep)
 
     def compact_progress(self, horizon_ns: int, above_rows: int, slack_ns: int = 0) -> int:
         """:meth:`compact` at ``horizon_ns`` when more than ``above_rows`` progress findings are
         held and some are older than ``horizon - slack`` (a live reader's bound, at most once per
         ``slack`` of event time; replay compacts by the config's)."""
         oldest = self._oldest_progress_ns
-        if self._progress_rows <= above_rows or oldest is None or oldest >= horizon_ns - slack_ns:
+        if self.progress_rows <= above_rows or oldest is None or oldest >= horizon_ns - slack_ns:
             return 0
         return self.compact(horizon_ns)
 
@@ -378,10 +435,12 @@ class Engine:
         if self.max_time_ns is not None:   # (while a source is behind, only what it delivered is decided)
             self._sticky = self.detector_findings(
                 None if self.closed_ns is not None else max(self.max_time_ns, self.watermark_ns or 0))
-        f = self.findings
-        if f.height == 0:
+        f = self.rule_findings
+        if f.height == 0 and self.progress_store.height == 0:
             return 0
         t = pl.col("time").dt.epoch("ns")
+        # (a null time goes, as it does from the full rows below: their drop expression is null there)
+        gone_progress = 0 if drop_before_ns is None else self.progress_store.keep(t >= drop_before_ns)
         bucket = max(1, int(self.config.incident_gap_s * 1e9 / 2))
         old = (t < before_ns) & (pl.col("category") != "progress")
         keys = ["host", "job_id", "rule_id", "_b"]
@@ -404,10 +463,9 @@ class Engine:
         keep = g.filter(~drop).drop("_b", "_old", "_r", "_n")
         dropped = f.height - keep.height
         if dropped:
-            self._chunks = [keep]
-            self._findings_cache = keep
-            self._progress_rows = keep.filter(pl.col("category") == "progress").height
-            self._oldest_progress_ns = self._oldest_progress(keep)
+            self._set_main(keep)
+        dropped += gone_progress
+        if dropped:
             self.stats["compacted"] += dropped
             self.stats["flood_compacted"] += dropped
         return dropped
@@ -429,10 +487,11 @@ class Engine:
         ``progress`` category (what attribution reads): on a fleet those are nearly all the rows, and
         concatenating and sorting them with the detector findings copied the whole frame."""
         det = self.detector_findings()
-        f = self.findings
         if not progress:
-            f = f.filter(pl.col("category") != PROGRESS_CATEGORY)
+            f = self.rule_findings.filter(pl.col("category") != PROGRESS_CATEGORY)
             det = det.filter(pl.col("category") != PROGRESS_CATEGORY)
+        else:
+            f = self.findings
         if det.height == 0:
             return f
         return pl.concat([f, det]).sort(["time", "seq"], nulls_last=True)
@@ -457,4 +516,8 @@ class Engine:
         return [(k, replace(i, actions=plan(i, self.config, decision))) for k, i in zip(keys, incs, strict=True)]
 
 
-__all__ = ["Engine", "EnginePart", "default_detectors"]
+def _progress_path(path: Path) -> Path:
+    return path.with_name(path.name + ".progress")
+
+
+__all__ = ["TEXT_RULES", "Engine", "EnginePart", "default_detectors"]

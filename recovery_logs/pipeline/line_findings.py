@@ -77,7 +77,7 @@ def window_scores(engine: Any) -> pl.DataFrame:
     out = []
     wm = engine.watermark_ns if engine.watermark_ns is not None else engine.max_time_ns
     for d in _scorers(engine) if wm is not None else []:
-        sc = d.score_windows(engine.findings, engine.windows, wm)
+        sc = d.score_windows(engine.rule_findings, engine.windows, wm, progress=engine.progress)
         if sc.is_empty():
             continue
         out.append(sc.select(
@@ -145,7 +145,7 @@ def line_findings(engine: Any, events: pl.DataFrame | pl.LazyFrame | None = None
     pick the lines of model-flagged windows."""
     scores = window_scores(engine)
     wn = int(scores["_wn"][0]) if scores.height else window_ns(engine.config.window_s)
-    f = engine.findings.filter(pl.col("role") != "progress")
+    f = engine.rule_findings.filter(pl.col("role") != "progress")
     rules = _window_cols(f, scores, wn).with_columns(score=pl.col("window_score"))
     parts = [rules.select(list(LINE_FINDINGS_SCHEMA))]
     det = engine.detector_findings()

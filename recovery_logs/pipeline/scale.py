@@ -283,7 +283,7 @@ class BinWorker:
         if allocations is not None:
             eng.set_accounting(allocations)
         ranked = eng.ranked_incidents(RECORD_ONLY)
-        f = eng.findings.filter(pl.col("category") != PROGRESS_CATEGORY)
+        f = eng.rule_findings.filter(pl.col("category") != PROGRESS_CATEGORY)
         out: dict[str, Any] = {"ranked": ranked, "detector": eng.detector_findings()}
         for side, files in (("own", self.own), ("shared", self.shared)):
             sd = self.sides[side]

@@ -761,10 +761,10 @@ class Watcher:
             ctx = int(self.options.context_s * NS)
             if self.engine.compact_progress(wm_now - ctx, self.options.max_progress_rows, slack_ns=ctx // 8):
                 self.stats["compactions"] += 1
-            if self.engine.findings.height - self.engine.progress_rows > self.options.max_findings:
+            if self.engine.findings_rows - self.engine.progress_rows > self.options.max_findings:
                 self.engine.compact_floods(wm_now, wm_now - int(self.options.max_context_s * NS))
                 self.stats["compactions"] += 1
-        if self.files is not None and self.vl is None and self.engine.findings.height > self.options.max_findings:
+        if self.files is not None and self.vl is None and self.engine.findings_rows > self.options.max_findings:
             upto = min(now - self.lateness_ns, closed if closed is not None else now)
             self.engine.compact_floods(upto, upto - int(self.options.max_context_s * NS))
             self.stats["compactions"] += 1
