@@ -32,6 +32,7 @@ from recovery_logs.config import EngineConfig
 from recovery_logs.detectors.base import DetectContext
 from recovery_logs.detectors.features import KEYS, PIPELINE_FEATURES, pipeline_features, window_ns
 from recovery_logs.detectors.hangs import HangDetector
+from recovery_logs.detectors.progress import observations
 from recovery_logs.detectors.stragglers import StragglerDetector
 from recovery_logs.errors import TrainingDataError
 from recovery_logs.pipeline.engine import Engine
@@ -88,7 +89,7 @@ def training_frame(paths: list[str | Path], window: str = "60s", normal_only: bo
         dirs = scenario_dirs(p) or [p]
         for d in dirs:
             r = replay_rules(d)
-            feats = pipeline_features(r.findings, r.windows, window, progress=r.progress)
+            feats = pipeline_features(r.findings, r.windows, window, observed=observations(r.findings, r.progress))
             if normal_only:
                 feats = _before_fault(feats, r.truth, window)
             frames.append(feats.with_columns(pl.lit(str(d)).alias("source")))
@@ -261,7 +262,7 @@ def evaluate_novel(roots: list[str | Path], anomaly: Any) -> dict[str, Any]:
                 m = novel.filter((pl.col("host") == culprit) & (pl.col("time").dt.epoch("ns") >= fault_t)
                                  & (pl.col("time").dt.epoch("ns") <= fault_t + 600 * NS))
                 hit = None if m.is_empty() else (int(m["time"].dt.epoch("ns").min()) - fault_t) / NS
-            feats = pipeline_features(r.findings, r.windows, progress=r.progress)
+            feats = pipeline_features(r.findings, r.windows, observed=observations(r.findings, r.progress))
             per.append({"scenario": d.name, "kind": truth.get("fault_kind"), "culprit": culprit,
                         "windows": feats.height, "flagged": novel.height,
                         "flagged_other_hosts": novel.filter(pl.col("host") != (culprit or "")).height,

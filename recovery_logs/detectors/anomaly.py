@@ -33,6 +33,7 @@ from recovery_logs.detectors.features import (
 )
 from recovery_logs.detectors.forest_np import NumpyForest
 from recovery_logs.detectors.modelio import load_artifact, read_attached, read_sidecar
+from recovery_logs.detectors.progress import progress_of
 from recovery_logs.errors import ModelError
 from recovery_logs.schema import empty_findings
 from recovery_logs.timeutil import ns_to_iso
@@ -242,19 +243,19 @@ class AnomalyDetector:
         return self.model
 
     def score_windows(self, findings: pl.DataFrame, windows: pl.DataFrame, watermark_ns: int,
-                      only_unexplained: bool = False, progress: pl.DataFrame | None = None) -> pl.DataFrame:
+                      only_unexplained: bool = False, observed: pl.DataFrame | None = None) -> pl.DataFrame:
         """Every complete window up to the watermark with its features, ``score`` (higher = more
         anomalous), ``outside`` (a feature out of its training range) and ``flagged``.
         ``only_unexplained``: only windows in which no rule fired (what ``detect`` can report by
-        default; each window is scored on its own, so the scores are the same). ``progress``: progress
-        findings held beside ``findings`` as narrow rows (``DetectContext.progress``)."""
+        default; each window is scored on its own, so the scores are the same). ``observed``: the progress
+        observations (``detectors.progress.observations``) read instead of the frame's progress rows."""
         wn = window_ns(self.window)
         f = upto(findings.select(FINDING_INPUT_COLS), watermark_ns)    # only what the features read
         w = windows
         if not w.is_empty() and "window_start" in w.columns:
             w = w.filter(pl.col("window_start").dt.epoch("ns") <= watermark_ns)
-        prog = None if progress is None else upto(progress, watermark_ns)
-        feats = pipeline_features(f, w, self.window, progress=prog)
+        prog = None if observed is None else upto(observed, watermark_ns)
+        feats = pipeline_features(f, w, self.window, observed=prog)
         feats = feats.filter(pl.col("window_start").dt.epoch("ns") + wn <= watermark_ns)
         if only_unexplained:
             feats = feats.filter(pl.col("n_findings") == 0)
@@ -274,7 +275,7 @@ class AnomalyDetector:
         wn = window_ns(self.window)
         # closed windows only; by default only windows no rule explains can be reported: only those are scored
         scored = self.score_windows(findings, windows, ctx.scored_until, only_unexplained=not self.supporting,
-                                    progress=ctx.progress)
+                                    observed=progress_of(findings, ctx))
         if scored.is_empty():
             return empty_findings()
         hit = scored.filter(pl.col("flagged"))

@@ -39,6 +39,8 @@ class DetectContext:
     ``progress``: plain training-progress findings held beside the findings frame as narrow rows
     (``detectors.progress.PROGRESS_SCHEMA``; the engine's); detectors read them with the frame's own
     progress rows through ``detectors.progress.observations``. None: all are in the frame.
+    ``observed``: that merge made once for all detectors (``observations(findings, progress)``); None:
+    each detector makes it.
     """
 
     watermark_ns: int
@@ -46,6 +48,7 @@ class DetectContext:
     config: object | None = None
     closed_ns: int | None = None
     progress: pl.DataFrame | None = field(default=None, compare=False, repr=False)
+    observed: pl.DataFrame | None = field(default=None, compare=False, repr=False)
 
     @property
     def scored_until(self) -> int:

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import polars as pl
 
-from recovery_logs.detectors.progress import merged
 from recovery_logs.detectors.templates import add_template_columns
 from recovery_logs.errors import ConfigError
 from recovery_logs.schema import TIME, Category
@@ -83,14 +82,15 @@ def _baseline_ratio(df: pl.DataFrame, col: str, out: str, k: int, log_diff: bool
 
 # the findings columns finding_features reads (a caller filtering the findings first selects these:
 # a filter copies every column it keeps)
-FINDING_INPUT_COLS = ("time", "seq", "rule_id", "host", "job_id", "role", "category", "step_time_s")
-_PROG_COLS = ("time", "seq", "rule_id", "host", "job_id", "step_time_s")
+FINDING_INPUT_COLS = ("time", "rule_id", "host", "job_id", "role", "category", "step_time_s")
+_PROG_COLS = ("time", "rule_id", "host", "job_id", "step_time_s")
 
 
 def finding_features(findings: pl.DataFrame, window: str | float = "60s", baseline_windows: int = 30,
-                     progress: pl.DataFrame | None = None) -> pl.DataFrame:
+                     observed: pl.DataFrame | None = None) -> pl.DataFrame:
     """Per (host, job_id, window_start): the FINDING_FEATURES columns. Detector findings are ignored.
-    ``progress``: progress findings held beside ``findings`` as narrow rows (``DetectContext.progress``)."""
+    ``observed``: the progress observations (``detectors.progress.observations`` of the findings and
+    the narrow rows held beside them): read instead of the frame's own progress rows. None: those."""
     wn = window_ns(window)
     usable = pl.col("time").is_not_null() & ~pl.col("rule_id").fill_null("").str.starts_with("detector.")
     f = findings.select(FINDING_INPUT_COLS).filter(usable).with_columns(_bucket(wn))
@@ -102,8 +102,8 @@ def finding_features(findings: pl.DataFrame, window: str | float = "60s", baseli
         pl.col("rule_id").n_unique().cast(pl.Float64).alias("n_rules"),
         (pl.col("role") == "cause").sum().cast(pl.Float64).alias("n_cause"),
         (pl.col("role") == "symptom").sum().cast(pl.Float64).alias("n_symptom"))
-    own = f.filter(pl.col("role") == "progress").select(*_PROG_COLS, "_w")
-    prog = own if progress is None else merged(own.drop("_w"), progress).filter(usable).with_columns(_bucket(wn))
+    prog = (f.filter(pl.col("role") == "progress") if observed is None
+            else observed.select(_PROG_COLS).filter(usable).with_columns(_bucket(wn)))
     st = pl.col("step_time_s").filter(pl.col("step_time_s").is_finite())
     agg_prog = prog.group_by(["host", "job_id", "_w"]).agg(
         pl.len().cast(pl.Float64).alias("n_progress"),
@@ -172,11 +172,11 @@ def line_features(windows: pl.DataFrame, window: str | float = "60s", baseline_w
 
 
 def pipeline_features(findings: pl.DataFrame, windows: pl.DataFrame, window: str | float = "60s",
-                      baseline_windows: int = 30, progress: pl.DataFrame | None = None) -> pl.DataFrame:
+                      baseline_windows: int = 30, observed: pl.DataFrame | None = None) -> pl.DataFrame:
     """PIPELINE_FEATURES per (host, job_id, window_start): what the AnomalyDetector scores and what
     the default model is trained on (one function for both, so training and detection agree).
-    ``progress``: as in :func:`finding_features`."""
-    ff = finding_features(findings, window, baseline_windows, progress)
+    ``observed``: as in :func:`finding_features`."""
+    ff = finding_features(findings, window, baseline_windows, observed)
     lf = line_features(windows, window, baseline_windows)
     keys = pl.concat([ff.select(KEYS), lf.select(KEYS)]).unique()
     df = keys.join(ff, on=KEYS, how="left", nulls_equal=True).join(lf, on=KEYS, how="left", nulls_equal=True)

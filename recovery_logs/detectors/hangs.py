@@ -32,7 +32,7 @@ from dataclasses import dataclass
 import polars as pl
 
 from recovery_logs.detectors.base import DetectContext, synthetic_findings, upto
-from recovery_logs.detectors.progress import observations
+from recovery_logs.detectors.progress import progress_of
 from recovery_logs.schema import empty_findings
 from recovery_logs.timeutil import NS, ns_to_iso
 
@@ -57,7 +57,7 @@ def _narrow(findings: pl.DataFrame, watermark_ns: int) -> pl.DataFrame:
 
 def _progress(findings: pl.DataFrame, ctx: DetectContext) -> pl.DataFrame:
     """The job progress observations up to the watermark (``detectors.progress.observations``)."""
-    return _own_input(upto(observations(findings, ctx.progress), ctx.watermark_ns)).filter(
+    return _own_input(upto(progress_of(findings, ctx), ctx.watermark_ns)).filter(
         pl.col("job_id").is_not_null())
 
 

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import polars as pl
 
-from recovery_logs.detectors.base import with_rank
+from recovery_logs.detectors.base import DetectContext, with_rank
 from recovery_logs.schema import FINDING_SCHEMA, PROGRESS_CATEGORY, TIME, SchemaDict
 
 CAT = pl.Categorical()
@@ -114,7 +114,7 @@ def merged(own: pl.DataFrame, progress: pl.DataFrame | None) -> pl.DataFrame:
     p = progress.select([pl.col(c).cast(pl.String) if c in _STR_KEYS else pl.col(c) for c in own.columns])
     if own.is_empty():
         return p
-    return pl.concat([p, own.cast(dict(p.schema))]).sort(["time", "seq"], nulls_last=True, maintain_order=True)
+    return pl.concat([p, own.cast(p.schema)]).sort(["time", "seq"], nulls_last=True, maintain_order=True)
 
 
 def observations(findings: pl.DataFrame, progress: pl.DataFrame | None = None) -> pl.DataFrame:
@@ -126,4 +126,10 @@ def observations(findings: pl.DataFrame, progress: pl.DataFrame | None = None) -
     return merged(_rank_line(own.select(*cols, "message")).select(OBS_COLS), progress)
 
 
-__all__ = ["OBS_COLS", "PROGRESS_SCHEMA", "empty_progress", "is_plain", "merged", "narrow", "observations", "widen"]
+def progress_of(findings: pl.DataFrame, ctx: DetectContext) -> pl.DataFrame:
+    """A detector's progress observations: ``ctx.observed`` when the caller made them once, else
+    :func:`observations` of ``findings`` and ``ctx.progress``."""
+    return ctx.observed if ctx.observed is not None else observations(findings, ctx.progress)
+
+
+__all__ = ["OBS_COLS", "PROGRESS_SCHEMA", "empty_progress", "is_plain", "merged", "narrow", "observations", "progress_of", "widen"]

@@ -26,7 +26,7 @@ import numpy as np
 import polars as pl
 
 from recovery_logs.detectors.base import DetectContext, upto
-from recovery_logs.detectors.progress import observations
+from recovery_logs.detectors.progress import progress_of
 
 MEGATRON_ETPT = "progress.megatron_etpt_extremes"
 NVRX_PERF_DICT = "progress.nvrx_perf_dict"
@@ -162,7 +162,7 @@ def progress_outliers(findings: pl.DataFrame, ctx: DetectContext, ratio: float, 
     first step (in event time) that decides it — a later watermark finds the same step, an earlier
     one nothing. A rank is (host, rank) so torchrun's per-node ``[defaultN]`` local ranks stay apart."""
     st = pl.col("step_time_s")
-    p = (upto(observations(findings, ctx.progress), ctx.watermark_ns)
+    p = (upto(progress_of(findings, ctx), ctx.watermark_ns)
          .filter(pl.col("job_id").is_not_null() & pl.col("step").is_not_null()
                  & st.is_not_null() & st.is_finite() & (st > 0)
                  & ~pl.col("rule_id").fill_null("").str.starts_with("detector.") & ~pl.col("rule_id").is_in(list(exclude))))

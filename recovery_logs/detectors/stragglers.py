@@ -65,7 +65,7 @@ import numpy as np
 import polars as pl
 
 from recovery_logs.detectors.base import DetectContext, synthetic_findings, upto
-from recovery_logs.detectors.progress import observations
+from recovery_logs.detectors.progress import progress_of
 from recovery_logs.detectors.rank_outliers import LIST_RULES, list_report_verdicts, progress_outliers
 from recovery_logs.schema import empty_findings
 from recovery_logs.timeutil import NS, ns_to_iso
@@ -267,7 +267,7 @@ def _num(d: dict, key: str) -> float | None:
 
 def _observed(findings: pl.DataFrame, ctx: DetectContext) -> pl.DataFrame:
     """The job progress observations up to the watermark (``detectors.progress.observations``)."""
-    return upto(observations(findings, ctx.progress), ctx.watermark_ns).filter(
+    return upto(progress_of(findings, ctx), ctx.watermark_ns).filter(
         pl.col("job_id").is_not_null() & ~pl.col("rule_id").fill_null("").str.starts_with("detector."))
 
 
@@ -521,15 +521,28 @@ def rank_outliers(det: StragglerDetector, findings: pl.DataFrame, ctx: DetectCon
 
 def _slowdowns(det: StragglerDetector, f: pl.DataFrame) -> list[dict]:
     """Per progress stream (job, host, rank, rule): the last ``slowdown_persist`` step times all at
+    ``slowdown_ratio`` × the median of up to ``slowdown_window`` before them (at least
     ``slowdown_baseline``). Vectorised (rolling windows over each stream); one finding per job.
     ``f``: progress observations (the rule's rank: a stream is what the rule tells apart)."""
     key = ["job_id", "host", "rank", "rule_id"]
     st = pl.col("step_time_s")
-    p = (f.filter(st.is_not_null() & st.is_finite() & (st > 0))
-         .sort(["time", "seq"], nulls_last=True))
+    p = f.filter(st.is_not_null() & st.is_finite() & (st > 0))
     if p.height < det.slowdown_baseline + det.slowdown_persist:
         return []
     k = det.slowdown_persist
+    if det.slowdown_ratio > 0:
+        # a cheap necessary condition first (the rolling windows over a fleet's streams were most of
+        # this detector's time): a hit's low is at most the stream's largest step time and its baseline
+        # median at least the smallest, so only a stream whose max reaches ratio x its min (and long
+        # enough for a baseline) can qualify; the others are left out whole (each stream's rolling
+        # windows are its own: the same values for the rest)
+        span = p.group_by(key).agg(st.max().alias("_hi"), st.min().alias("_lo"), pl.len().alias("_n"))
+        cand = span.filter((pl.col("_hi") >= det.slowdown_ratio * pl.col("_lo"))
+                           & (pl.col("_n") >= k + det.slowdown_baseline)).select(key)
+        if cand.is_empty():
+            return []
+        p = p.join(cand, on=key, how="semi", nulls_equal=True, maintain_order="left")
+    p = p.sort(["time", "seq"], nulls_last=True)
     p = p.with_columns(
         st.shift(k).rolling_median(window_size=det.slowdown_window, min_samples=det.slowdown_baseline).over(key)
         .alias("_before"),

@@ -24,7 +24,7 @@ from recovery_logs.detectors.anomaly import AnomalyDetector
 from recovery_logs.detectors.base import DetectContext, Detector
 from recovery_logs.detectors.hangs import HangDetector
 from recovery_logs.detectors.linescore import LineScoreParams, LineStats, score_lines
-from recovery_logs.detectors.progress import is_plain
+from recovery_logs.detectors.progress import is_plain, observations
 from recovery_logs.detectors.rank_outliers import LIST_RULES
 from recovery_logs.detectors.rulepack import RulePack, load_packs
 from recovery_logs.detectors.rules import match
@@ -162,6 +162,7 @@ class Engine:
         # rest, progress reports included, as full rows in _chunks
         self.progress_store = ProgressStore()
         self.narrow_progress = narrow_progress
+        self._obs_cache: tuple[tuple[int, int, int], pl.DataFrame] | None = None
         self._main_progress_rows = 0                  # progress-category rows among the full rows
         self._main_oldest_ns: int | None = None       # earliest of those (None: none)
         # False: the lines of every batch were counted elsewhere (a VictoriaLogs server's stats,
@@ -294,6 +295,15 @@ class Engine:
         """The plain progress findings held, narrow (``detectors.progress.PROGRESS_SCHEMA``), in (time, seq) order."""
         return self.progress_store.frame
 
+    def observed(self) -> pl.DataFrame:
+        """The progress observations every detector reads (``detectors.progress.observations`` of the
+        full rows and the narrow ones), made once per state and shared by the detectors."""
+        key = (self.stats["findings"], self.stats["compacted"], self.findings_rows)
+        if self._obs_cache is None or self._obs_cache[0] != key:
+            self._obs_cache = (key, observations(self.rule_findings,
+                                                 self.progress if self.progress_store.height else None))
+        return self._obs_cache[1]
+
     @property
     def findings_rows(self) -> int:
         """Rule findings held (full and narrow rows): ``findings.height`` without building it."""
@@ -325,9 +335,10 @@ class Engine:
                tuple(sorted((self.job_states or {}).items())))
         if self._det_cache is not None and self._det_cache[0] == key:   # incidents() and reports share it
             return self._det_cache[1]
-        ctx = DetectContext(watermark_ns=wm, job_states=self.job_states, config=self.config, closed_ns=closed,
-                            progress=self.progress if self.progress_store.height else None)
         base = self.rule_findings
+        ctx = DetectContext(watermark_ns=wm, job_states=self.job_states, config=self.config, closed_ns=closed,
+                            progress=self.progress if self.progress_store.height else None,
+                            observed=self.observed())
         outs = [d.detect(base, self.windows, ctx) for d in self.detectors]
         if self.config.line_scores:
             outs.append(self.line_scores(wm))

@@ -77,7 +77,7 @@ def window_scores(engine: Any) -> pl.DataFrame:
     out = []
     wm = engine.watermark_ns if engine.watermark_ns is not None else engine.max_time_ns
     for d in _scorers(engine) if wm is not None else []:
-        sc = d.score_windows(engine.rule_findings, engine.windows, wm, progress=engine.progress)
+        sc = d.score_windows(engine.rule_findings, engine.windows, wm, observed=engine.observed())
         if sc.is_empty():
             continue
         out.append(sc.select(

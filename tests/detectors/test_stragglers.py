@@ -5,13 +5,13 @@ from __future__ import annotations
 import json
 
 import polars as pl
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 from polars.testing import assert_frame_equal
 
 from recovery_logs.detectors import synth
 from recovery_logs.detectors.base import DetectContext
-from recovery_logs.detectors.stragglers import StragglerDetector
+from recovery_logs.detectors.stragglers import StragglerDetector, _slowdowns
 from recovery_logs.schema import FINDING_SCHEMA
 from recovery_logs.timeutil import NS
 
@@ -108,3 +108,41 @@ def test_incremental_watermarks_equal_one_final_call(cuts, seed):
         seen.append(out)
     seen.append(DET.detect(f.sample(fraction=1.0, shuffle=True, seed=seed), NONE, DetectContext(end)))
     assert_frame_equal(pl.concat(seen).unique(maintain_order=True).sort("time", "job_id"), final.sort("time", "job_id"))
+
+
+def _slowdowns_unfiltered(det, p: pl.DataFrame) -> pl.DataFrame:
+    """The job-slowdown hits computed over every stream (the detector leaves out streams that cannot qualify)."""
+    key = ["job_id", "host", "rank", "rule_id"]
+    t = pl.col("step_time_s")
+    k = det.slowdown_persist
+    p = p.filter(t.is_not_null() & t.is_finite() & (t > 0)).sort(["time", "seq"], nulls_last=True)
+    p = p.with_columns(
+        t.shift(k).rolling_median(window_size=det.slowdown_window, min_samples=det.slowdown_baseline).over(key)
+        .alias("_before"),
+        t.rolling_min(window_size=k, min_samples=k).over(key).alias("_low"))
+    return (p.filter(pl.col("_before").is_not_null() & (pl.col("_low") >= det.slowdown_ratio * pl.col("_before")))
+            .unique("job_id", keep="first", maintain_order=True))
+
+
+@settings(max_examples=40, deadline=None)
+@example(rows=[(0, 0, 0.5)] * 10 + [(0, 0, 1.5)] * 5 + [(1, 1, 0.6)] * 12, seed=0)   # one slowdown, one steady job
+@given(st.lists(st.tuples(st.integers(0, 2), st.integers(0, 3), st.floats(0.4, 3.0)),
+                    min_size=5, max_size=120), st.integers(0, 10**6))
+def test_slowdown_prefilter_keeps_every_hit(rows, seed):
+    """The streams ``_slowdowns`` leaves out unread (max < ratio x min, or too short) hold no hit: the
+    verdicts equal those of the rolling windows over every stream."""
+    det = StragglerDetector()
+    t0 = 1_700_000_000 * 10**9
+    obs = pl.DataFrame({
+        "time": [t0 + i * 10**9 for i in range(len(rows))], "seq": list(range(len(rows))),
+        "job_id": [f"j{j}" for j, _, _ in rows], "host": [f"h{h % 2}" for _, h, _ in rows],
+        "rule_id": "progress.rank_step_time", "rank": [None if h == 3 else h for _, h, _ in rows],
+        "rank_line": [h for _, h, _ in rows], "step": list(range(len(rows))),
+        "step_time_s": [v * (1 + (seed % 7) / 10) for _, _, v in rows],
+    }).with_columns(pl.col("time").cast(pl.Datetime("ns", "UTC")), pl.col("rank").cast(pl.Int32))
+    got = sorted((r["job_id"], r["time_ns"]) for r in _slowdowns(det, obs))
+    ref = _slowdowns_unfiltered(det, obs)
+    want = sorted((j, int(t.timestamp() * 10**9)) for j, t in ref.select("job_id", "time").iter_rows())
+    assert got == want
+    if rows[:15] == [(0, 0, 0.5)] * 10 + [(0, 0, 1.5)] * 5:
+        assert [j for j, _ in got] == ["j0"]
