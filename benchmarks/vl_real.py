@@ -377,13 +377,18 @@ def phase_soak(args, tmp: Path) -> dict:
         vl, eng = w.vl, w.engine
         # what the watcher holds, by part (MB): engine findings/windows/spans, the poller's per-bucket
         # counts (store), row digests (ledger) and row identities (ids)
-        held = {"findings": eng.findings.estimated_size(), "windows": eng.windows.estimated_size(),
+        # (the plain progress findings are held narrow beside the full rows, issue 16: Engine.progress;
+        # Engine.findings rebuilds all of them as full rows on each call, so it is not what is held)
+        narrow = hasattr(eng, "rule_findings")
+        held = {"findings": (eng.rule_findings if narrow else eng.findings).estimated_size(),
+                "progress": eng.progress.estimated_size() if narrow else 0, "windows": eng.windows.estimated_size(),
                 "spans": eng.spans.estimated_size(),
                 "store": vl._store.estimated_size() + sum(p.estimated_size() for p in vl._store_parts),
                 "ledger": vl.ledger.nbytes(), "ids": vl.ids_nbytes() if hasattr(vl, "ids_nbytes") else 0}
         row = {"t_s": round(t), "rss_mb": round(rss_mb(), 1), "generated": gen, "lines_read": w.vl.stats["lines_read"],
                "held_mb": {k: round(v / 1e6, 1) for k, v in held.items()},
-               "ledger_keys": len(w.vl.ledger), "findings": w.engine.findings.height,
+               "ledger_keys": len(w.vl.ledger),
+               "findings": eng.findings_rows if narrow else eng.findings.height,
                "loadavg_1m": round(os.getloadavg()[0], 2)}
         print(json.dumps({"soak_sample": row}), file=sys.stderr, flush=True)   # a long run shows progress
         return row

@@ -198,7 +198,7 @@ def memory(args) -> dict:
                 samples.append({"t_s": round(t0 - t_start), "rss_mb": round(rss_mb(), 1),
                                 "generated": GENERATED[0].value, "events": w.stats["events"],
                                 "lag_s": round(w.vl.lag_s() or 0, 1), "dedupe_keys": len(w.vl.dedupe),
-                                "findings": w.engine.findings.height, "rotations": w.stats["rotations"]})
+                                "findings": w.engine.findings_rows, "rotations": w.stats["rotations"]})
                 next_sample += 10
             time.sleep(max(0.0, args.refresh - (time.monotonic() - t0)))
     finally:

@@ -162,7 +162,6 @@ class Engine:
         # rest, progress reports included, as full rows in _chunks
         self.progress_store = ProgressStore()
         self.narrow_progress = narrow_progress
-        self._obs_cache: tuple[tuple[int, int, int], pl.DataFrame] | None = None
         self._main_progress_rows = 0                  # progress-category rows among the full rows
         self._main_oldest_ns: int | None = None       # earliest of those (None: none)
         # False: the lines of every batch were counted elsewhere (a VictoriaLogs server's stats,
@@ -296,13 +295,10 @@ class Engine:
         return self.progress_store.frame
 
     def observed(self) -> pl.DataFrame:
-        """The progress observations every detector reads (``detectors.progress.observations`` of the
-        full rows and the narrow ones), made once per state and shared by the detectors."""
-        key = (self.stats["findings"], self.stats["compacted"], self.findings_rows)
-        if self._obs_cache is None or self._obs_cache[0] != key:
-            self._obs_cache = (key, observations(self.rule_findings,
-                                                 self.progress if self.progress_store.height else None))
-        return self._obs_cache[1]
+        """The progress observations the detectors read (``detectors.progress.observations`` of the
+        full rows and the narrow ones, keys as strings): made once per detector pass and shared by
+        the detectors, not kept (a live watcher would hold the progress rows twice)."""
+        return observations(self.rule_findings, self.progress if self.progress_store.height else None)
 
     @property
     def findings_rows(self) -> int:
