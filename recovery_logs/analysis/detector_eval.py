@@ -32,7 +32,6 @@ from recovery_logs.config import EngineConfig
 from recovery_logs.detectors.base import DetectContext
 from recovery_logs.detectors.features import KEYS, PIPELINE_FEATURES, pipeline_features, window_ns
 from recovery_logs.detectors.hangs import HangDetector
-from recovery_logs.detectors.progress import observations
 from recovery_logs.detectors.stragglers import StragglerDetector
 from recovery_logs.errors import TrainingDataError
 from recovery_logs.pipeline.engine import Engine
@@ -48,18 +47,17 @@ class Replayed:
     windows: pl.DataFrame
     truth: dict[str, Any] | None
     watermark_ns: int
-    progress: pl.DataFrame | None = None    # plain progress findings held narrow (``findings`` has the rest)
 
 
 def replay_rules(path: str | Path) -> Replayed:
     """Rule findings + windows of one log directory (no behavioural detectors run)."""
 
     p = Path(path)
-    eng = Engine(EngineConfig(), detectors=[])
+    # full rows (no narrow progress rows): a notebook or training script reads the findings frame itself
+    eng = Engine(EngineConfig(), detectors=[], narrow_progress=False)
     res = replay([p], engine=eng)
     truth = load_truth(p)
-    return Replayed(p, res.engine.rule_findings, res.engine.windows, truth, int(res.engine.max_time_ns or 0),
-                    res.engine.progress)
+    return Replayed(p, res.engine.findings, res.engine.windows, truth, int(res.engine.max_time_ns or 0))
 
 
 def _before_fault(feats: pl.DataFrame, truth: dict[str, Any] | None, window: str) -> pl.DataFrame:
@@ -89,7 +87,7 @@ def training_frame(paths: list[str | Path], window: str = "60s", normal_only: bo
         dirs = scenario_dirs(p) or [p]
         for d in dirs:
             r = replay_rules(d)
-            feats = pipeline_features(r.findings, r.windows, window, observed=observations(r.findings, r.progress))
+            feats = pipeline_features(r.findings, r.windows, window)
             if normal_only:
                 feats = _before_fault(feats, r.truth, window)
             frames.append(feats.with_columns(pl.lit(str(d)).alias("source")))
@@ -127,7 +125,7 @@ def evaluate_detectors(root: str | Path, anomaly: Any = None, window: str = "60s
     for d in scenario_dirs(root):
         r = replay_rules(d)
         truth = r.truth or {}
-        ctx = DetectContext(r.watermark_ns, progress=r.progress)
+        ctx = DetectContext(r.watermark_ns)
         kind, culprit = truth.get("fault_kind"), truth.get("culprit_node")
         fault_t = _t(truth.get("fault_time"))
         row: dict[str, Any] = {"scenario": d.name, "fault_kind": kind, "culprit": culprit}
@@ -252,7 +250,7 @@ def evaluate_novel(roots: list[str | Path], anomaly: Any) -> dict[str, Any]:
         for d in scenario_dirs(root):
             r = replay_rules(d)
             truth = r.truth or {}
-            ctx = DetectContext(r.watermark_ns, progress=r.progress)
+            ctx = DetectContext(r.watermark_ns)
             a = anomaly.detect(r.findings, r.windows, ctx)
             novel = a.filter(pl.col("role") == "cause")
             fault_t = _t(truth.get("fault_time"))
@@ -262,7 +260,7 @@ def evaluate_novel(roots: list[str | Path], anomaly: Any) -> dict[str, Any]:
                 m = novel.filter((pl.col("host") == culprit) & (pl.col("time").dt.epoch("ns") >= fault_t)
                                  & (pl.col("time").dt.epoch("ns") <= fault_t + 600 * NS))
                 hit = None if m.is_empty() else (int(m["time"].dt.epoch("ns").min()) - fault_t) / NS
-            feats = pipeline_features(r.findings, r.windows, observed=observations(r.findings, r.progress))
+            feats = pipeline_features(r.findings, r.windows)
             per.append({"scenario": d.name, "kind": truth.get("fault_kind"), "culprit": culprit,
                         "windows": feats.height, "flagged": novel.height,
                         "flagged_other_hosts": novel.filter(pl.col("host") != (culprit or "")).height,

@@ -278,8 +278,8 @@ class Engine:
     def findings(self) -> pl.DataFrame:
         """All rule findings so far, in (time, seq) order: :attr:`rule_findings` and the plain progress
         findings held narrow (:attr:`progress`) as full rows again — every column as the rule gave it
-        but the text (``message``), which a plain progress line keeps only where it resumes a job's
-        progress (``pipeline.progress_store``). Built on each call: the engine's own stages read
+        but the text (``message``, null unless the line resumes a job's progress: ``pipeline.
+        progress_store``) and ``detail`` (null). Built on each call: the engine's own stages read
         :attr:`rule_findings` and :attr:`progress`."""
         main = self.rule_findings
         if self.progress_store.height == 0:
