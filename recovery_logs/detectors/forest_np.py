@@ -111,6 +111,15 @@ class NumpyForest:
     def score_samples(self, m: np.ndarray) -> np.ndarray:
         """scikit-learn's ``IsolationForest.score_samples`` (negative: lower = more anomalous)."""
         x = np.asarray(m, dtype=np.float32)
+        if x.ndim == 2 and x.shape[0] > 1:
+            # windows of quiet nodes share their feature vector: a row's score depends only on the
+            # row, so each distinct row is walked once and the scores are spread back (the same bits)
+            uniq, inverse = np.unique(x, axis=0, return_inverse=True)
+            if uniq.shape[0] < x.shape[0]:
+                return self._score_rows(uniq)[inverse.reshape(-1)]
+        return self._score_rows(x)
+
+    def _score_rows(self, x: np.ndarray) -> np.ndarray:
         depths = np.zeros(x.shape[0], dtype=np.float64, order="F")
         for lo in range(0, x.shape[0], 4096):        # rows are independent: bounded memory per chunk
             sl = slice(lo, lo + 4096)

@@ -49,6 +49,23 @@ def test_any_fitted_forest_compiles_to_identical_scores(max_features):
     assert np.array_equal(NumpyForest(compile_forest(f)).score_samples(probe), f.score_samples(probe))
 
 
+def test_repeated_rows_are_scored_once_with_the_same_bits(shipped):
+    """Quiet windows share a feature vector: scoring distinct rows and spreading the scores back
+    gives scikit-learn's scores bit for bit, whatever the order of the repeats."""
+    ref = NumpyForest(compile_forest(shipped.forest_))
+    rng = np.random.default_rng(5)
+    lo = np.nan_to_num(np.asarray(shipped.feature_lo_), neginf=-5.0)
+    hi = np.nan_to_num(np.asarray(shipped.feature_hi_), posinf=50.0)
+    base = lo + (hi - lo) * rng.uniform(size=(300, len(lo)))
+    m = base[rng.integers(0, 300, size=6000)]        # 6000 rows, at most 300 distinct, shuffled
+    m[::97, 0] = np.round(m[::97, 0])                # some rows distinct again, on split thresholds
+    want = shipped.forest_.score_samples(m)
+    got = ref.score_samples(m)
+    assert np.array_equal(got, want)
+    assert got.shape == (6000,)
+    assert np.array_equal(ref.score_samples(m[:1]), want[:1])
+
+
 def test_detector_on_the_compiled_model_equals_the_skops_model(shipped):
     from recovery_logs.api import bundled_incident, bundled_read_options
     from recovery_logs.pipeline.replay import ReplayOptions, replay
