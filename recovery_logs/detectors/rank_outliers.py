@@ -166,7 +166,7 @@ def list_report_verdicts(findings: pl.DataFrame, ctx: DetectContext, ratio: floa
                 vals = burn_values(r["message"])
             else:
                 vals = dict_values(r["message"])
-            slowness = {k: (1.0 / v if invert else v) for k, v in vals.items() if v > 0}
+            slowness: dict[Hashable, float] = {k: (1.0 / v if invert else v) for k, v in vals.items() if v > 0}
             o = slow_outliers(slowness, ratio, min_z, rel_floor, min_ranks)
             if o is None:
                 continue
@@ -181,6 +181,23 @@ def list_report_verdicts(findings: pl.DataFrame, ctx: DetectContext, ratio: floa
 
 
 _COLS = ("time", "seq", "job_id", "host", "rank", "rule_id", "role", "message", "step", "step_time_s")
+# a worker named by the line's prefix where no rank is: pdsh/DeepSpeed's multi-node runner "host: " (a
+# host name with a digit) and Ray's "(RayTrainWorker pid=N, ip=A)"; it stands for the rank (-1) of that host
+_WORKER = r"^([A-Za-z][\w-]*\d[\w.-]*): |^\((?:\w+) (pid=\d+(?:, ip=[\d.]+)?)\)"
+NO_RANK = -1
+
+
+def with_worker(f: pl.DataFrame) -> pl.DataFrame:
+    """``with_rank``, and where the line names no rank, the worker of its prefix (``_WORKER``) as the
+    host with rank ``NO_RANK``; rows with neither are dropped."""
+    f = with_rank(f)
+    m = pl.col("message").str.extract_groups(_WORKER)
+    label = pl.coalesce(m.struct.field("1"), m.struct.field("2"))
+    no = pl.col("rank").is_null()
+    f = f.with_columns(pl.when(no).then(label).otherwise(pl.col("host")).alias("host"),
+                       pl.when(no & label.is_not_null()).then(pl.lit(NO_RANK)).otherwise(pl.col("rank"))
+                       .cast(f.schema["rank"]).alias("rank"))
+    return f.filter(pl.col("rank").is_not_null())
 
 
 def progress_outliers(findings: pl.DataFrame, ctx: DetectContext, ratio: float, single_ratio: float, min_z: float,
@@ -204,17 +221,16 @@ def progress_outliers(findings: pl.DataFrame, ctx: DetectContext, ratio: float, 
     # its n-th report, compared with the other ranks' n-th (1-based, in event order)
     nostep = p.filter(pl.col("step").is_null())
     if not nostep.is_empty():
-        nostep = (with_rank(nostep).filter(pl.col("rank").is_not_null()).sort(["time", "seq"], nulls_last=True)
+        nostep = (with_worker(nostep).sort(["time", "seq"], nulls_last=True)
                   .with_columns((pl.int_range(pl.len()).over(["job_id", "rule_id", "host", "rank"]) + 1)
-                                .cast(p.schema["step"]).alias("step"))
-                  .with_columns(pl.lit(None, dtype=p.schema["rank"]).alias("rank")))
+                                .cast(p.schema["step"]).alias("step")))
         p = pl.concat([p.filter(pl.col("step").is_not_null()), nostep.select(p.columns)])
     key = ["job_id", "rule_id", "step"]
     # the job's first steps only, before the ranks are read from the messages (a fleet has 100k+ progress rows)
     first = (p.select("job_id", "rule_id", "step").unique()
              .with_columns(pl.col("step").rank("dense").over(["job_id", "rule_id"]).alias("k"))
              .filter(pl.col("k") <= first_steps).drop("k"))
-    p = with_rank(p.join(first, on=key, how="inner")).filter(pl.col("rank").is_not_null())
+    p = with_worker(p.join(first, on=key, how="inner"))
     r = p.group_by([*key, "host", "rank"]).agg(st.median().alias("t"), pl.col("time").max().alias("tm"))
     r = r.with_columns(pl.col("t").median().over(key).alias("med"), pl.len().over(key).alias("n"),
                        pl.col("tm").max().over(key).alias("gt"))
@@ -237,7 +253,8 @@ def progress_outliers(findings: pl.DataFrame, ctx: DetectContext, ratio: float, 
     for (job,), g in hit.sort(["gt", "ratio"], descending=[False, True]).group_by(["job_id"], maintain_order=True):
         top = g.row(0, named=True)
         one_host = p.filter(pl.col("job_id") == job)["host"].n_unique() == 1
-        who = f"rank {top['rank']}" + ("" if one_host else f" on {top['host']}")
+        who = (f"worker {top['host']}" if top["rank"] == NO_RANK
+               else f"rank {top['rank']}" + ("" if one_host else f" on {top['host']}"))
         seen = "one step" if top["i"] == 0 else f"{top['i'] + 1} steps"
         rows.append({"time_ns": _t(top["gt"]), "host": None, "job_id": job, "rank": int(top["rank"]),
                      "category": "straggler", "severity": "low", "role": "cause", "action": "investigate",
@@ -252,4 +269,4 @@ def progress_outliers(findings: pl.DataFrame, ctx: DetectContext, ratio: float, 
 
 
 __all__ = ["LIST_RULES", "MEGATRON_ETPT", "NVRX_PERF_DICT", "Outlier", "dict_values", "etpt_values",
-           "list_report_verdicts", "progress_outliers", "slow_outliers"]
+           "list_report_verdicts", "progress_outliers", "slow_outliers", "with_worker"]

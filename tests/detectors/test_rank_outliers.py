@@ -135,3 +135,17 @@ def test_srun_label_and_lines_without_a_step_number(tmp_path: Path) -> None:
     got = run(tmp_path / "b", lines)
     assert len(got) == 1 and "rank 1" in got[0].cause
     assert run(tmp_path / "c", [f"rank {r}: {1.0 + 0.01 * r:.2f} s/it" for r in range(4)]) == []
+
+
+def test_workers_named_by_the_runner_prefix(tmp_path: Path) -> None:
+    # DeepSpeed's pdsh runner puts "host: " before each node's lines; Ray "(RayTrainWorker pid=N, ip=A)"
+    ds = ("{h}: [2024-05-01 10:00:0{s},000] [INFO] [timer.py:258:stop] epoch=0/micro_step={st}/global_step={st}, "
+          "RunningAvgSamplesPerSec={v:.2f}, CurrSamplesPerSec={v:.2f}, MemAllocated=0.02GB, MaxMemAllocated=0.97GB")
+    lines = [ds.format(h=f"gpu-a0{n}", s=s, st=100 * (s + 1), v=8.1 if n == 3 else 16.2 + 0.1 * n)
+             for s in range(2) for n in range(1, 5)]
+    got = run(tmp_path / "a", lines)
+    assert len(got) == 1 and "worker gpu-a03" in got[0].cause
+    ray = [f"(RayTrainWorker pid={1200 + w}, ip=10.0.0.{w}) step 10 | loss 2.1 | step time {2.6 if w == 2 else 1.0:.2f}s"
+           for w in range(4)]
+    got = run(tmp_path / "b", ray)
+    assert len(got) == 1 and "pid=1202" in got[0].cause
