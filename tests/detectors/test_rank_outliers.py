@@ -149,11 +149,3 @@ def test_workers_named_by_the_runner_prefix(tmp_path: Path) -> None:
            for w in range(4)]
     got = run(tmp_path / "b", ray)
     assert len(got) == 1 and "pid=1202" in got[0].cause
-
-
-def test_per_rank_throughput_lines_name_the_slow_rank(tmp_path: Path) -> None:
-    # hand-written per-rank loggers print tokens/s after the step number; the inverse is the relative step time
-    lines = [f"[rank{r}]: step {10 * (s + 1)} | loss 2.0{r} | lr 3.0e-04 | tokens/s {(51000 if r == 6 else 100000 + 300 * r):,}"
-             for s in range(2) for r in range(8)]
-    got = run(tmp_path, lines)
-    assert len(got) == 1 and "rank 6" in got[0].cause
