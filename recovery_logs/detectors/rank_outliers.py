@@ -3,13 +3,16 @@
 The windowed straggler verdicts (``stragglers.py``) need minutes of per-rank lines; an excerpt, or
 the first minutes of a job, has a handful. What an operator still reads from a few lines:
 
-* **per-rank progress lines** (any ``progress`` rule that gives a step and a step time, with the rank
-  from the rule or the line's prefix — torchrun ``[rankN]:``/``[defaultN]:``, Lightning ``[rank: N]``,
-  Open MPI ``[1,N]<stdout>:``): per step, 3+ ranks compared; a rank that is an outlier in two of the
-  job's first steps (or once by a wide margin);
+* **per-rank progress lines** (any ``progress`` rule that gives a step time, with the rank from the
+  rule or the line's prefix — torchrun ``[rankN]:``/``[defaultN]:``, Lightning ``[rank: N]``, Open MPI
+  ``[1,N]<stdout>:``, srun ``--label`` ``N:``): per step, 3+ ranks compared (a line without a step
+  number is its rank's n-th report); a rank that is an outlier in two of the job's first steps (or
+  once by a wide margin);
 * **reports that list per-rank values** in one line: Megatron's ``^^^^ Bottom N Ranks with lowest
   Etpt(TF): v/r, …`` (``--straggler-minmax-count``; read with its ``Top`` line when present) and the
-  nvidia-resiliency-ext example's ``Rank R GPUs relative perf: {rank: score, …}`` dicts.
+  nvidia-resiliency-ext example's ``Rank R GPUs relative perf: {rank: score, …}`` dicts, DLRover's
+  network-check ``The node elapsed time are {node_rank: seconds, …}`` and gpu-burn's per-GPU
+  ``N (G Gflop/s)`` status line.
 
 Both are ``investigate`` naming the rank(s), never a drain: a few lines cannot show that the
 slowness persists, nor separate a slow GPU from imbalance. Pure functions over the findings frame.
@@ -30,13 +33,17 @@ from recovery_logs.detectors.progress import progress_of
 
 MEGATRON_ETPT = "progress.megatron_etpt_extremes"
 NVRX_PERF_DICT = "progress.nvrx_perf_dict"
-LIST_RULES = (MEGATRON_ETPT, NVRX_PERF_DICT)
+DLROVER_TIMES = "progress.dlrover_node_times"
+GPU_BURN = "progress.gpu_burn_status"
+LIST_RULES = (MEGATRON_ETPT, NVRX_PERF_DICT, DLROVER_TIMES, GPU_BURN)
 
 # megatron/core/utils.py StragglerDetector.report(): " {value}/{rank}," per rank (value "%.2f" or "%.2fTF")
 _ETPT_PAIR = re.compile(r"(\d+(?:\.\d+)?)(?:TF)?/(\d+)")
 _ETPT_LINE = re.compile(r"(Bottom|Top)\s+\d+ Ranks with (?:lowest|highest)\s+Etpt\(TF\):([^\n]*)")
 # nvidia-resiliency-ext examples/straggler/example.py: f"Rank {local_rank} GPUs relative perf: {dict}"
 _DICT_PAIR = re.compile(r"(\d+): (\d+(?:\.\d+)?)")
+# gpu-burn gpu_burn-drv.cpp status line: "proc'd: " then "%d (%.0f Gflop/s) " per GPU, "- " between GPUs
+_BURN_GFLOPS = re.compile(r"\d+ \((\d+(?:\.\d+)?) Gflop/s\)")
 
 
 @dataclass(frozen=True)
@@ -105,6 +112,24 @@ def dict_values(message: str) -> dict[int, float]:
     return {int(r): float(v) for r, v in _DICT_PAIR.findall(body)}
 
 
+def burn_values(message: str) -> dict[int, float]:
+    """GPU index -> Gflop/s from the last gpu-burn status line of a record (a ``\\r``-joined bar keeps
+    every refresh; the last one is the newest); a GPU still at 0 Gflop/s is left out (not started)."""
+    last = message.replace("\r", "\n").strip().split("\n")[-1]
+    body = last[last.find("proc'd:"):last.find("errors:")] if "errors:" in last else last[last.find("proc'd:"):]
+    return {i: float(v) for i, v in enumerate(_BURN_GFLOPS.findall(body)) if float(v) > 0}
+
+
+# (how the rows are named, the value -> step-time-like slowness, the label) per list report; the
+# values of DLRover's network check are elapsed times already (larger = slower), the others throughputs
+_LIST_KINDS: dict[str, tuple[str, bool, str]] = {
+    MEGATRON_ETPT: ("rank", True, "Megatron lowest/highest Etpt report"),
+    NVRX_PERF_DICT: ("rank", True, "nvidia-resiliency-ext per-rank GPU performance scores"),
+    DLROVER_TIMES: ("node rank", False, "DLRover network-check elapsed time per node"),
+    GPU_BURN: ("GPU", True, "gpu-burn throughput per GPU"),
+}
+
+
 def _rank(k: Hashable) -> int:
     v = k[1] if isinstance(k, tuple) else k        # ranks are ints, or (host, int)
     return int(v) if isinstance(v, (int, float, str)) else -1
@@ -130,21 +155,26 @@ def list_report_verdicts(findings: pl.DataFrame, ctx: DetectContext, ratio: floa
     for (job,), g in rep.group_by(["job_id"], maintain_order=True):
         recs = list(g.select("time", "rule_id", "message").iter_rows(named=True))
         for i, r in enumerate(recs):
-            if r["rule_id"] == MEGATRON_ETPT:
+            rule = r["rule_id"]
+            noun, invert, label = _LIST_KINDS[rule]
+            if rule == MEGATRON_ETPT:
                 msg = r["message"]
                 # a Bottom line and the Top line after it are one report
                 if i + 1 < len(recs) and recs[i + 1]["rule_id"] == MEGATRON_ETPT and "Top" in recs[i + 1]["message"]:
                     msg += "\n" + recs[i + 1]["message"]
                 vals = etpt_values(msg)
-                label = "Megatron lowest/highest Etpt report"
+            elif rule == GPU_BURN:
+                vals = burn_values(r["message"])
             else:
                 vals = dict_values(r["message"])
-                label = "nvidia-resiliency-ext per-rank GPU performance scores"
-            o = slow_outliers({k: 1.0 / v for k, v in vals.items() if v > 0}, ratio, min_z, rel_floor, min_ranks)
+            slowness: dict[Hashable, float] = {k: (1.0 / v if invert else v) for k, v in vals.items() if v > 0}
+            o = slow_outliers(slowness, ratio, min_z, rel_floor, min_ranks)
             if o is None:
                 continue
+            shown = _who(o).replace("rank", noun, 1)
+            slow, ref = (1 / o.slow, 1 / o.ref) if invert else (o.slow, o.ref)
             rows.append(_row(job, _t(r["time"]), o,
-                             f"{label}: {_who(o)} at {1 / o.slow:.2f} vs {1 / o.ref:.2f} on the other ranks "
+                             f"{label}: {shown} at {slow:.2f} vs {ref:.2f} on the others "
                              f"({o.ratio:.2f}x slower) in one report — a straggler to investigate (one report cannot "
                              "show that it persists)", "list_report"))
             break
@@ -163,11 +193,19 @@ def progress_outliers(findings: pl.DataFrame, ctx: DetectContext, ratio: float, 
     one nothing. A rank is (host, rank) so torchrun's per-node ``[defaultN]`` local ranks stay apart."""
     st = pl.col("step_time_s")
     p = (upto(progress_of(findings, ctx), ctx.watermark_ns)
-         .filter(pl.col("job_id").is_not_null() & pl.col("step").is_not_null()
+         .filter(pl.col("job_id").is_not_null()
                  & st.is_not_null() & st.is_finite() & (st > 0)
                  & ~pl.col("rule_id").fill_null("").str.starts_with("detector.") & ~pl.col("rule_id").is_in(list(exclude))))
     if p.is_empty():
         return []
+    # a line that names no step (each rank printing "rank 3 ... 1.9 s/it"): the n-th line of a rank is
+    # its n-th report, compared with the other ranks' n-th (1-based, in event order)
+    nostep = p.filter(pl.col("step").is_null())
+    if not nostep.is_empty():
+        nostep = (nostep.filter(pl.col("rank_line").is_not_null()).sort(["time", "seq"], nulls_last=True)
+                  .with_columns((pl.int_range(pl.len()).over(["job_id", "rule_id", "host", "rank_line"]) + 1)
+                                .cast(p.schema["step"]).alias("step")))
+        p = pl.concat([p.filter(pl.col("step").is_not_null()), nostep.select(p.columns)])
     key = ["job_id", "rule_id", "step"]
     # the job's first steps only (a fleet has 100k+ progress rows); the line's rank (read once: rank_line)
     first = (p.select("job_id", "rule_id", "step").unique()

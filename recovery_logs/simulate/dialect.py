@@ -37,6 +37,10 @@ A host OOM kill is often seen from the job's side only — slurmstepd's oom_kill
 ``task N: Out Of Memory`` line without the kernel's OOM-killer report (NOAA-EMC/global-workflow#1301,
 pepkit/geofetch#13 in the corpus).
 
+After a collective timeout, PyTorch 2.3+ ranks report the watchdog's dump signal, naming the rank whose
+watchdog fired first (``Received a dump signal due to a collective timeout from  rank N``; the corpus's
+lsdefine/simple_GRPO#46, vllm-project/vllm-omni#2928, PrimeIntellect-ai/prime-rl#3186 pastes).
+
 A ``Dialect`` is drawn once per scenario run from its own random stream (so the other lines of a
 run keep their bytes); ``Dialect()`` is the wording the simulator wrote before variants existed.
 """
@@ -74,6 +78,8 @@ class Dialect:
     thermal_table: bool = False        # DCGM forms: a `dcgmi diag` result table, text wrapped mid-word
     host_oom_seen: str = "kernel"      # kernel: the OOM killer's lines are in the log too | job: only the job's own lines
     oom_pressure: bool = False         # DeepSpeed ZeRO-3 allocator-cache-flush warnings in the steps before a GPU OOM
+    watchdog_dump: bool = False        # PyTorch >= 2.3 ranks after a collective timeout: `Received a dump signal due to a
+                                       # collective timeout from this local rank` / `… from  rank N` (the first to time out)
 
     @classmethod
     def draw(cls, rng: np.random.Generator) -> Dialect:
@@ -88,7 +94,7 @@ class Dialect:
                    timing_report=str(rng.choice(["none", "megatron_timers", "megatron_straggler"])),
                    thermal_form=str(rng.choice(["dcgm4", "dcgm3", "smi"])),
                    oom_stack=str(rng.choice(list(OOM_STACKS))), thermal_table=coin(),
-                   host_oom_seen="job" if coin() else "kernel", oom_pressure=coin())
+                   host_oom_seen="job" if coin() else "kernel", oom_pressure=coin(), watchdog_dump=coin())
 
     def names(self) -> dict[str, object]:
         """The variants drawn for the run (for truth.json): those that differ from the default wording. A

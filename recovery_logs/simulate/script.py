@@ -262,11 +262,21 @@ def watchdog_cascade(s: Script, t_block: int, silent_ranks: set[int], op: str = 
     seq = s.timeline.seq_at(t_block) + 1
     numel = 16777216
     last = t_block
+    # the same draws in the same order as one per rank in the loop; drawn first so the rank whose watchdog fires
+    # first is known (the dump-signal dialect names it)
+    ran = {rank: WATCHDOG_MS + int(s.rng.integers(5, 900)) for rank in range(c.world) if rank not in silent_ranks}
+    first = min(ran, key=lambda r: (ran[r], r)) if ran else None
     for rank in range(c.world):
         if rank in silent_ranks:
             continue
-        ran_ms = WATCHDOG_MS + int(s.rng.integers(5, 900))
+        ran_ms = ran[rank]
         tr = t_block + ran_ms * 1_000_000
+        if s.dialect.watchdog_dump:   # pytorch/pytorch v2.5 ProcessGroupNCCL.cpp getNCCLWatchdogTimeoutErrorMsg()
+            who = "this local rank" if rank == first else f" rank {first}"
+            s.cpp(tr + 500_000, rank, "E", "ProcessGroupNCCL.cpp:1743",
+                  f"[PG ID 0 PG GUID 0(default_pg) Rank {rank}] Received a dump signal due to a collective timeout from "
+                  f"{who} and we will try our best to dump the debug info. Last enqueued NCCL work: {seq}, last completed "
+                  f"NCCL work: {seq - 1}.")
         numels = f"NumelIn={numel}, NumelOut={numel}, " if s.dialect.watchdog_numel else ""
         work = (f"WorkNCCL(SeqNum={seq}, OpType={op}, {numels}"
                 f"Timeout(ms)={WATCHDOG_MS}) ran for {ran_ms} milliseconds before timing out.")

@@ -70,7 +70,9 @@ RE_ISOSYSLOG = (r"^(\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(?:\.\d{1,9})?(?:Z|[+-]\d
 RE_UPTIME_PREFIX = r"^\[\s*\d+\.\d+\]\s?"
 RE_DMESG = r"^\[\s*(\d+)\.(\d+)\] ?"
 RE_DMESG_T = r"^\[([A-Z][a-z]{2} [A-Z][a-z]{2} +\d{1,2} \d{2}:\d{2}:\d{2} \d{4})\] ?"
-RE_RANK = r"^(?:\[rank(\d+)\]: ?|(\d+): )"
+# torchrun "[rankN]: " and srun --label "N: ", right-aligned to the widest task id (Slurm
+# src/common/write_labelled_message.c: "%*d: "), so " 3: " in a job of 10+ tasks
+RE_RANK = r"^(?:\[rank(\d+)\]: ?| {0,4}(\d{1,6}): )"
 RE_GLOG = r"^\[?([IWEF])(\d{2})(\d{2}) (\d{2}:\d{2}:\d{2})(?:\.(\d{1,9}))?[\s\]]"
 RE_ISO_LEAD = r"^\[?(\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}:\d{2}(?:[.,]\d{1,9})?)(Z|[+-]\d{2}:?\d{2})?[\]\s]"
 RE_NCCL_HOST = r"^([A-Za-z0-9][\w.-]*):\d+:\d+ \[\d+\] NCCL "

@@ -97,3 +97,42 @@ def test_nvrx_score_dict_and_single_score_block(tmp_path: Path) -> None:
              "  Rank=40 Node=nid001240 Score=0.98"]
     got = run(tmp_path / "b", block)
     assert len(got) == 1 and kinds(got[0]) == ["investigate"] and "rank 13 on nid001234" in got[0].cause
+
+
+def test_dlrover_node_check_times_and_its_own_straggler_verdict(tmp_path: Path) -> None:
+    # dlrover master/elastic_training/rdzv_manager.py: "{name} round {r}: The node elapsed time are {rank: s}"
+    times = ("[2024-03-01 10:00:00,123] [INFO] [rdzv_manager.py:770:check_fault_node] network-check round 1: "
+             "The node elapsed time are {0: 10.21, 1: 10.35, 2: 31.04, 3: 10.18}")
+    got = run(tmp_path / "a", [times])
+    assert len(got) == 1 and "node rank 2" in got[0].cause and kinds(got[0]) == ["investigate"]
+    even = times.replace("31.04", "10.40")
+    assert run(tmp_path / "b", [even]) == []
+    got = run(tmp_path / "c", ["[2024-03-01 10:00:00,125] [WARNING] [rdzv_manager.py:854:get_straggler] Straggler: {2: 31.04}."])
+    assert len(got) == 1 and kinds(got[0]) == ["investigate"]
+
+
+def test_gpu_burn_line_with_one_slow_gpu(tmp_path: Path) -> None:
+    # wilicc/gpu-burn gpu_burn-drv.cpp: "%.1f%%  proc'd: " then "%d (%.0f Gflop/s) " per GPU with "- " between
+    def line(g: list[int]) -> str:
+        return ("52.3%  proc'd: " + "- ".join(f"{1200 + i} ({v} Gflop/s) " for i, v in enumerate(g))
+                + "  errors: " + "- ".join("0 " for _ in g) + "  temps: " + "- ".join("61 C " for _ in g))
+    got = run(tmp_path / "a", [line([15100, 15020, 7010, 15080])])
+    assert len(got) == 1 and "GPU 2" in got[0].cause
+    assert run(tmp_path / "b", [line([15100, 15020, 14810, 15080])]) == []
+    # a GPU that has not started yet (0 Gflop/s) is no straggler
+    assert run(tmp_path / "c", [line([15100, 15020, 0, 15080])]) == []
+
+
+def test_srun_label_and_lines_without_a_step_number(tmp_path: Path) -> None:
+    # srun --label: "%*d: " (src/common/write_labelled_message.c) before each task's Megatron iteration line
+    lines = [f"{r:2d}: [2024-05-01 10:00:0{s}] iteration {10 * (s + 1):8d}/  500000 | consumed samples: {1280 * (s + 1):12d}"
+             f" | elapsed time per iteration (ms): {(1690.0 if r == 5 else 812.0) + s:.1f} | learning rate: 1.5E-04 |"
+             for s in range(2) for r in range(8)]
+    got = run(tmp_path / "a", lines)
+    assert len(got) == 1 and "rank 5" in got[0].cause
+    # hand-written per-rank prints with no step: a rank's n-th line against the others' n-th
+    lines = [f"rank {r}: {(2.9 if r == 1 else 1.0) + 0.01 * r:.2f} s/it" for r in range(4)]
+    got = run(tmp_path / "b", lines)
+    assert len(got) == 1 and "rank 1" in got[0].cause
+    assert run(tmp_path / "c", [f"rank {r}: {1.0 + 0.01 * r:.2f} s/it" for r in range(4)]) == []
+

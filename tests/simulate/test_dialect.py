@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gzip
+import re
 from pathlib import Path
 
 import numpy as np
@@ -179,4 +180,20 @@ def test_oom_pressure_warnings_precede_the_oom_when_drawn(tmp_path):
                    or "ALLOC_FAILED" in ln or "No available memory" in ln)
         assert flushes[-1] < oom                                                   # before the OOM
         assert lines[oom].split("]:", 1)[0] == lines[flushes[0]].split("]:", 1)[0]   # the same rank
+    assert seen == {True, False}
+
+
+def test_collective_timeout_writes_the_dump_signal_when_drawn(tmp_path):
+    # PyTorch >= 2.3 wording (lsdefine/simple_GRPO#46, vllm-project/vllm-omni#2928 in the corpus): the rank whose
+    # watchdog fired first says "this local rank", the others name it
+    seen = set()
+    for seed in range(6):
+        r = simulate_one("silent_hang", SimOptions(out=tmp_path / str(seed), seed=seed, **SMALL))
+        text = _text(r.path)
+        drawn = bool(r.truth["wording_variants"].get("watchdog_dump"))
+        seen.add(drawn)
+        assert ("Received a dump signal due to a collective timeout from this local rank" in text) == drawn
+        if drawn:
+            named = {int(m) for m in re.findall(r"collective timeout from  rank (\d+) and", text)}
+            assert len(named) == 1 and f"Rank {named.pop()}] Received a dump signal due to a collective timeout from this local rank" in text
     assert seen == {True, False}
