@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import io
 from collections.abc import Callable, Iterator, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
 import polars as pl
@@ -86,17 +86,25 @@ def present_fields(client: VictoriaLogsClient, query: str, start_ns: int, end_ns
     return tuple(k for k in keys if k in _CORE_FIELDS or (k != "_stream" and names.get(k, 0) > 0))
 
 
-def _frame(body: bytes, keys: tuple[str, ...], seq: int,
-           split: Callable[[pl.DataFrame], pl.DataFrame] | None = None, full: tuple[str, ...] = ()) -> pl.DataFrame:
-    """JSON lines -> the reader's frame, in time order. ``text`` (the raw record, used for
-    quarantine and as part of the duplicate key) is the record's JSON only for rows whose
-    ``_time`` does not parse; for the others stream id, time and rank identify the line.
-    ``keys``: the fields parsed; ``full``: the reader's fields (the others null)."""
+def _parsed(body: bytes, keys: tuple[str, ...], full: tuple[str, ...]) -> pl.DataFrame:
+    """A slice's JSON lines parsed (``keys``; ``full``'s others null) with ``_ts`` (pure Polars:
+    run in the export pool, where it overlaps the reading thread's work on the previous slice)."""
     if len(body) < 4096 and not body.strip():     # (no copy of a large body)
-        return pl.DataFrame(schema={k: pl.String for k in dict.fromkeys((*keys, *full))})
-    df = with_ts(read_export(body, keys, full))
+        return pl.DataFrame(schema={**{k: pl.String for k in dict.fromkeys((*keys, *full))}, "_ts": pl.Int64})
+    return with_ts(read_export(body, keys, full))
+
+
+def _frame(df: pl.DataFrame, keys: tuple[str, ...], seq: int,
+           split: Callable[[pl.DataFrame], pl.DataFrame] | None = None) -> pl.DataFrame:
+    """A parsed slice (:func:`_parsed`) -> the reader's frame, in time order. ``text`` (the raw
+    record, used for quarantine and as part of the duplicate key) is the record's JSON only for
+    rows whose ``_time`` does not parse; for the others stream id, time and rank identify the line."""
+    if df.height == 0:
+        return df.drop("_ts")
     if split is not None:     # keep only the rows the engine needs (the rest counted/summarised by ``split``)
         df = split(df)
+        if df.height == 0:
+            return df.drop("_ts")
     df = df.with_columns(_tie=pl.struct("_stream_id", "_msg").hash(seed=11)).sort(["_ts", "_tie"], nulls_last=True)
     ok = df.filter(pl.col("_ts").is_not_null())
     bad = df.filter(pl.col("_ts").is_null())
@@ -127,24 +135,36 @@ def history_batches_fast(client: VictoriaLogsClient, query: str, start_ns: int, 
     slices = plan_slices(client, plan_query or query, start_ns, end_ns, slice_rows)
     file = f"victorialogs:{client.base_url}"
     seq = 0
+
+    def fetch(lo: int, hi: int) -> pl.DataFrame:
+        # in the pool: the server exports the next slices and Polars parses them (it releases
+        # the GIL) while this thread splits and reads on the previous one
+        return _parsed(client.query_bytes(q, lo, hi), keys, full)
+
+    # up to workers + 1 slices fetched/parsed ahead: the server always has a request while this
+    # thread works (with only ``workers`` ahead it sat idle once both were in)
+    ahead = max(1, workers) + 1
     with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
-        futures = [pool.submit(client.query_bytes, q, lo, hi) for lo, hi in slices[:workers]]
+        futures: list[Future[pl.DataFrame] | None] = [pool.submit(fetch, lo, hi) for lo, hi in slices[:ahead]]
         nxt = len(futures)
         i = 0
         while i < len(futures):
+            fut = futures[i]
+            assert fut is not None
             try:
-                body = futures[i].result()
+                parsed = fut.result()
             except VictoriaLogsError:
                 for f in futures[i + 1:]:
-                    f.cancel()
+                    if f is not None:
+                        f.cancel()
                 raise
             if nxt < len(slices):
-                futures.append(pool.submit(client.query_bytes, q, *slices[nxt]))
+                futures.append(pool.submit(fetch, *slices[nxt]))
                 nxt += 1
-            futures[i] = None   # type: ignore[call-overload]  # free the body
+            futures[i] = None    # free the slice
             i += 1
-            df = _frame(body, keys, seq, split, full)
-            del body
+            df = _frame(parsed, keys, seq, split)
+            del parsed
             if df.height == 0:
                 continue
             batch = events_from_vl_frame(df, opts, seq_start=seq, file=file)

@@ -106,20 +106,32 @@ def _identity(dedupe: bool) -> pl.Expr:
     return pl.col("__id").n_unique() if dedupe else pl.len()
 
 
+def _seconds(t: pl.Expr) -> pl.Expr:
+    """Epoch seconds of the ``YYYY-MM-DDTHH:MM:SS`` head, parsed once per distinct second
+    (``strptime``'s cache: an export spans few seconds)."""
+    return t.str.slice(0, 19).str.strptime(pl.Datetime("ms"), "%Y-%m-%dT%H:%M:%S", strict=False,
+                                           cache=True).dt.epoch("s")
+
+
 def with_ts(df: pl.DataFrame) -> pl.DataFrame:
-    """``_ts``: ``_time`` as ns. VictoriaLogs writes ``YYYY-MM-DDTHH:MM:SS[.frac]Z``: on times of
-    that shape the seconds are parsed once per distinct second (``strptime`` of the first 19
-    characters with its cache: an export spans few seconds) and the fraction as an integer
-    (about 3x cheaper than ``strptime`` of the whole text); the general RFC3339 parser for the rest."""
+    """``_ts``: ``_time`` as ns. VictoriaLogs writes RFC3339 with nanoseconds, trailing zeros
+    trimmed (``YYYY-MM-DDTHH:MM:SS[.frac]Z``). The common shape, all nine digits (30 bytes), is
+    read as seconds + an integer (a length test, the seconds once per distinct second, one
+    integer cast: 1 M times in 0.14 CPU-s against 0.30 s for the general path below); the other
+    rows of that shape by padding the fraction; the general RFC3339 parser for the rest."""
     t = pl.col("_time")
-    secs = t.str.slice(0, 19).str.strptime(pl.Datetime("ms"), "%Y-%m-%dT%H:%M:%S", strict=False, cache=True)
+    nine = (t.str.len_bytes() == 30) & t.str.ends_with("Z") & t.str.slice(19, 2).str.contains(r"^\.[0-9]$")
+    df = df.with_columns(pl.when(nine).then(_seconds(t) * 1_000_000_000 + t.str.slice(20, 9).str.to_integer(strict=False))
+                         .alias("_ts"))
+    if df["_ts"].null_count() == df["_time"].null_count():
+        return df
     frac = t.str.slice(20, 10).str.strip_suffix("Z")
     frac_ns = frac.str.pad_end(9, "0").cast(pl.Int64, strict=False)
     n, c19 = t.str.len_bytes(), t.str.slice(19, 1)
     shape = (t.str.ends_with("Z") & (((n == 20) & (c19 == "Z")) | ((c19 == ".") & n.is_between(22, 30)))
              & ~frac.str.contains("+", literal=True) & (frac_ns >= 0))
-    fast = pl.when(shape).then(secs.dt.epoch("s") * 1_000_000_000 + frac_ns)
-    df = df.with_columns(fast.alias("_ts"))
+    fast = pl.when(shape).then(_seconds(t) * 1_000_000_000 + frac_ns)
+    df = df.with_columns(pl.coalesce(pl.col("_ts"), fast).alias("_ts"))
     if df["_ts"].null_count() > df["_time"].null_count():
         df = df.with_columns(pl.coalesce(pl.col("_ts"), rfc3339_to_ns_expr(pl.col("_time"))).alias("_ts"))
     return df

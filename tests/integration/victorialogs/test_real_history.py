@@ -187,3 +187,25 @@ def test_replay_source_pushdown_equals_replay_of_the_lines(real_vl, tmp_path, sc
     assert [{k: i.to_dict()[k] for k in KEYS} for i in local.incidents] == want
     assert_frame_equal(local.engine.windows, ref.engine.windows)
     assert_frame_equal(local.engine.spans, ref.engine.spans)
+
+
+def test_exports_are_asked_uncompressed_gzip_on_request(real_vl):
+    """The bulk reads (replay slices, watch polls) ask for an uncompressed body: gzip cost the
+    server half as much CPU again per export and us the inflate, for bytes that mostly cross
+    loopback or a LAN (``gzip_exports=True`` for a slow link gives the same rows)."""
+    import requests
+
+    t0 = time.time_ns() - 30 * NS
+    real_vl.ingest([{"_time": fmt_ns(t0 + k * 1000), "host": f"h{k % 3}", "unit": "u", "_msg": f"line {k} " + "x" * 40}
+                    for k in range(2000)])
+    _wait_rows(real_vl, 2000)
+    seen: list[str | None] = []
+    bodies = []
+    for gz in (False, True):
+        session = requests.Session()
+        session.hooks["response"].append(lambda r, *a, **k: seen.append(r.headers.get("Content-Encoding")))
+        client = VictoriaLogsClient(real_vl.url, session=session, gzip_exports=gz)
+        bodies.append(client.query_bytes("* | fields _time, _msg, host | sort by (_time)", t0 - NS, t0 + NS))
+        assert client.clone().gzip_exports is gz
+    assert seen == [None, "gzip"]
+    assert bodies[0] == bodies[1] and bodies[0].count(b"\n") == 2000
