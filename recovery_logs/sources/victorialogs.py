@@ -57,6 +57,7 @@ _QUERY_PATH = "/select/logsql/query"
 _TAIL_PATH = "/select/logsql/tail"
 _HITS_PATH = "/select/logsql/hits"
 _FIELD_NAMES_PATH = "/select/logsql/field_names"
+_STREAM_FIELD_NAMES_PATH = "/select/logsql/stream_field_names"
 _INSERT_PATH = "/insert/jsonline"
 _RETRY_STATUS = frozenset({502, 503, 504})
 # answers that cannot clear by themselves: our own query rejected, wrong credentials, no access,
@@ -505,17 +506,27 @@ class VictoriaLogsClient:
                     end: int | str | datetime | None) -> dict[str, int]:
         """``/select/logsql/field_names``: the fields the rows of ``query`` in ``[start, end]``
         have, with the rows having each (``{"values": [{"value": name, "hits": n}, ...]}``)."""
+        return self._names(_FIELD_NAMES_PATH, query, start, end)
+
+    def stream_field_names(self, query: str, start: int | str | datetime | None,
+                           end: int | str | datetime | None) -> dict[str, int]:
+        """``/select/logsql/stream_field_names``: the stream fields (the labels of ``_stream``)
+        of the rows of ``query`` in ``[start, end]``, with the rows having each."""
+        return self._names(_STREAM_FIELD_NAMES_PATH, query, start, end)
+
+    def _names(self, path: str, query: str, start: int | str | datetime | None,
+               end: int | str | datetime | None) -> dict[str, int]:
         params: dict[str, str] = {"query": query}
         for key, val in (("start", start), ("end", end)):
             text = format_time_param(val)
             if text is not None:
                 params[key] = text
-        resp = self._request("POST", _FIELD_NAMES_PATH, query, data=self._params(params))
+        resp = self._request("POST", path, query, data=self._params(params))
         try:
             doc = resp.json()
             return {str(v["value"]): int(v.get("hits", 0)) for v in doc["values"]}
         except (ValueError, KeyError, TypeError) as exc:
-            raise _vl_error("VictoriaLogs field_names answer is not a list of values", query,
+            raise _vl_error(f"VictoriaLogs {path.rsplit('/', 1)[-1]} answer is not a list of values", query,
                             status=resp.status_code, server_message=resp.text[:300]) from exc
 
     # -- write API ------------------------------------------------------------------------

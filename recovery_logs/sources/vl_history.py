@@ -31,7 +31,8 @@ from recovery_logs.sources.victorialogs import VictoriaLogsClient
 from recovery_logs.sources.vl_local import read_export, with_ts
 from recovery_logs.timeutil import rfc3339_to_ns_expr
 
-__all__ = ["COUNT_SCHEMA", "history_batches_fast", "line_counts", "logsql_field", "plan_slices", "present_fields"]
+__all__ = ["COUNT_SCHEMA", "history_batches_fast", "line_counts", "logsql_field", "plan_slices", "present_fields",
+           "stream_map"]
 
 NS = 1_000_000_000
 
@@ -86,6 +87,59 @@ def present_fields(client: VictoriaLogsClient, query: str, start_ns: int, end_ns
     return tuple(k for k in keys if k in _CORE_FIELDS or (k != "_stream" and names.get(k, 0) > 0))
 
 
+_MAX_STREAM_FIELDS = 16
+
+
+def stream_map(client: VictoriaLogsClient, query: str, start_ns: int, end_ns: int
+               ) -> tuple[tuple[str, ...], pl.DataFrame] | None:
+    """(stream fields, their values -> ``_stream_id`` for every stream of ``query`` in ``[start,
+    end]``), so an export can leave ``_stream_id`` out and get it back by a join: the id is 48
+    hex characters on every row, a quarter of a row of 64-host chatter (1 M rows: 240 vs 176 MB;
+    the server's export 1.45 vs 1.12 CPU-s, our parse 1.08 vs 0.95 s, fewer bytes to receive),
+    while the stream fields are exported anyway and name the stream exactly (VictoriaLogs derives
+    the id from them; a missing field is the empty value). Two cheap index queries
+    (``/stream_field_names``, then ``stats by (<stream fields>, _stream_id) count()``). None —
+    export ``_stream_id`` — where the server does not answer, a scope has more than 16 stream
+    fields, or two streams share the values of the stream fields (a field that is a stream field
+    of one stream and a plain field of another)."""
+    try:
+        names = client.stream_field_names(query, start_ns, end_ns)
+    except VictoriaLogsError:
+        return None
+    fields = tuple(sorted(k for k, n in names.items() if n > 0 and not k.startswith("_")))
+    if len(fields) > _MAX_STREAM_FIELDS or len(fields) != sum(1 for k, n in names.items() if n > 0):
+        return None
+    by = ", ".join([*(logsql_field(f) for f in fields), "_stream_id"])
+    try:
+        body = client.query_bytes(f"{query} | stats by ({by}) count() as __n", start_ns, end_ns)
+    except VictoriaLogsError:
+        return None
+    schema = {**{f: pl.String for f in fields}, "_stream_id": pl.String}
+    m = (pl.read_ndjson(io.BytesIO(body), schema=schema) if body.strip() else pl.DataFrame(schema=schema)
+         ).with_columns(pl.col(f).fill_null("") for f in fields)
+    if m["_stream_id"].null_count() or (fields and m.select(pl.struct(fields).is_duplicated().any()).item()) or (
+            not fields and m.height > 1):
+        return None
+    return fields, m
+
+
+def _with_stream_ids(df: pl.DataFrame, smap: tuple[tuple[str, ...], pl.DataFrame],
+                     keep: tuple[str, ...]) -> pl.DataFrame | None:
+    """``_stream_id`` joined onto an export parsed without it (``keep``: the columns to return);
+    None when a row's stream is not in the map (it appeared after the map was taken)."""
+    fields, m = smap
+    df = df.drop("_stream_id", strict=False)
+    if not fields:
+        out = df.with_columns(pl.lit(m["_stream_id"][0] if m.height else None, pl.String).alias("_stream_id"))
+    else:
+        tmp = [f"__sk{i}" for i in range(len(fields))]
+        out = (df.with_columns(pl.col(f).fill_null("").alias(t) for f, t in zip(fields, tmp, strict=True))
+               .join(m.rename(dict(zip(fields, tmp, strict=True))), on=tmp, how="left", maintain_order="left"))
+    if out.height and out["_stream_id"].null_count():
+        return None
+    return out.select(keep)
+
+
 def _parsed(body: bytes, keys: tuple[str, ...], full: tuple[str, ...]) -> pl.DataFrame:
     """A slice's JSON lines parsed (``keys``; ``full``'s others null) with ``_ts`` (pure Polars:
     run in the export pool, where it overlaps the reading thread's work on the previous slice)."""
@@ -132,14 +186,26 @@ def history_batches_fast(client: VictoriaLogsClient, query: str, start_ns: int, 
     full = vl_columns(tuple(opts.host_fields))
     keys = present_fields(client, plan_query or query, start_ns, end_ns, full) or full
     q = f"{query} | fields {', '.join(keys)}"
+    # the export without _stream_id, got back by a join on the stream fields (see stream_map)
+    smap = stream_map(client, plan_query or query, start_ns, end_ns) if "_stream_id" in keys else None
+    if smap is not None:
+        lean = (*(k for k in keys if k != "_stream_id"), *(f for f in smap[0] if f not in keys))
+        q_lean = f"{query} | fields {', '.join(lean)}"
     slices = plan_slices(client, plan_query or query, start_ns, end_ns, slice_rows)
     file = f"victorialogs:{client.base_url}"
     seq = 0
+    order = (*dict.fromkeys((*keys, *full)), "_ts")
 
     def fetch(lo: int, hi: int) -> pl.DataFrame:
         # in the pool: the server exports the next slices and Polars parses them (it releases
         # the GIL) while this thread splits and reads on the previous one
-        return _parsed(client.query_bytes(q, lo, hi), keys, full)
+        if smap is not None:
+            df = _parsed(client.query_bytes(q_lean, lo, hi), lean, full)
+            got = _with_stream_ids(df, smap, order) if df.height else df.with_columns(
+                pl.lit(None, pl.String).alias("_stream_id")).select(order)
+            if got is not None:
+                return got
+        return _parsed(client.query_bytes(q, lo, hi), keys, full).select(order)
 
     # up to workers + 1 slices fetched/parsed ahead: the server always has a request while this
     # thread works (with only ``workers`` ahead it sat idle once both were in)

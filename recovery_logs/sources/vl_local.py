@@ -102,7 +102,8 @@ def host_job_exprs(opts: ReadOptions) -> tuple[pl.Expr, pl.Expr]:
 
 def _identity(dedupe: bool) -> pl.Expr:
     """Lines of a group as the readers keep them: one per (stream, time, rank, message) — a 64-bit
-    hash of that identity (a collision among n rows of one export: ~n²/2^65) — or every row."""
+    hash of that identity (a collision among n rows of one export: ~n²/2^65) — or every row
+    (``dedupe`` False, or no two rows of the export share an identity)."""
     return pl.col("__id").n_unique() if dedupe else pl.len()
 
 
@@ -162,17 +163,24 @@ def _with_id(df: pl.DataFrame, dedupe: bool) -> pl.DataFrame:
     return df.with_columns(row_identity().alias("__id"))
 
 
-def count_frame(df: pl.DataFrame, bucket_ns: int, opts: ReadOptions) -> pl.DataFrame:
+def _has_dups(df: pl.DataFrame, dedupe: bool) -> bool:
+    """Do two rows of ``df`` share an identity? (a duplicate is rare: one cheap distinct count
+    says whether the exact first-distinct / distinct-per-group passes are needed)"""
+    return dedupe and df.height > 0 and df["__id"].n_unique() < df.height
+
+
+def count_frame(df: pl.DataFrame, bucket_ns: int, opts: ReadOptions, dups: bool | None = None) -> pl.DataFrame:
     """Lines of ``df`` (parsed export with ``_ts``) per (host, job, window): COUNT_SCHEMA. Rows
     are grouped by their raw host/job fields first and host/job resolved once per group (the
     resolution is regex work); a duplicate (same identity as an earlier row of ``df``) is
-    counted in ``duplicates``, not ``lines``, as the readers drop it."""
+    counted in ``duplicates``, not ``lines``, as the readers drop it. ``dups``: whether ``df``
+    has duplicates, when the caller knows (:func:`_has_dups`)."""
     if df.height == 0:
         return pl.DataFrame(schema=_COUNT_SCHEMA)
     raw = [c for c in dict.fromkeys((*opts.host_fields, *VL_JOB_FIELDS)) if c in df.columns]
     df = _with_id(df, opts.dedupe)
-    # a duplicate is rare: one cheap distinct count says whether the exact (first-distinct) pass is needed
-    dups = opts.dedupe and df["__id"].n_unique() < df.height
+    if dups is None:
+        dups = _has_dups(df, opts.dedupe)
     keep = pl.col("__id").is_first_distinct() if dups else pl.lit(True)
     # rows grouped by a 64-bit hash of their raw host/job fields (one cheap column instead of
     # hashing eight string columns in the group-by), the fields taken from each group's first row
@@ -204,7 +212,9 @@ def split_frame(df: pl.DataFrame, plan: LocalSplit, opts: ReadOptions
         df = with_ts(df)
     cols = df.columns
     df = _with_id(df, opts.dedupe)
-    counts = count_frame(df.filter(pl.col("_ts").is_not_null()), plan.bucket_ns, opts)
+    dups = _has_dups(df, opts.dedupe)
+    timed = df if df["_ts"].null_count() == 0 else df.filter(pl.col("_ts").is_not_null())
+    counts = count_frame(timed, plan.bucket_ns, opts, dups)
     msg = pl.col("_msg").fill_null("")
     keep = [c for c in cols if added is False or c != "_ts"]
     if plan.needed is None:
@@ -226,7 +236,7 @@ def split_frame(df: pl.DataFrame, plan: LocalSplit, opts: ReadOptions
         g = (sel.with_columns(host.alias("host"), job.alias("job_id"), step.alias("step"),
                               (pl.col("_ts") // plan.bucket_ns * plan.bucket_ns).alias("bucket"))
              .group_by(["host", "job_id", "step", "bucket"])
-             .agg(_identity(opts.dedupe).cast(pl.Int64).alias("lines"), pl.col("_ts").min().alias("first"),
+             .agg(_identity(dups).cast(pl.Int64).alias("lines"), pl.col("_ts").min().alias("first"),
                   pl.col("_ts").max().alias("last")))
         prog.append((spec, g.select(list(PROGRESS_SCHEMA))))
     return rows.select(keep), counts, prog

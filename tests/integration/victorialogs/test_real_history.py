@@ -209,3 +209,48 @@ def test_exports_are_asked_uncompressed_gzip_on_request(real_vl):
         assert client.clone().gzip_exports is gz
     assert seen == [None, "gzip"]
     assert bodies[0] == bodies[1] and bodies[0].count(b"\n") == 2000
+
+
+def _stream_ids_read(client: VictoriaLogsClient, lo: int, hi: int) -> tuple[dict[tuple[str, str], str], list[str]]:
+    sent: list[str] = []
+    orig = client.query_bytes
+
+    def rec(q, *a, **k):
+        sent.append(q)
+        return orig(q, *a, **k)
+
+    client.query_bytes = rec      # type: ignore[method-assign]
+    got = {}
+    for b in history_batches_fast(client, "*", lo, hi, ReadOptions(dedupe=False), slice_rows=300):
+        for r in b.events.select("time", "message", "stream_id").iter_rows():
+            got[(r[1], r[0].isoformat())] = r[2]
+    exports = [q for q in sent if "| fields" in q and "stats" not in q]
+    return got, exports
+
+
+def test_replay_export_leaves_stream_id_out_and_joins_it_back(real_vl):
+    """``replay --source`` exports without ``_stream_id`` (a quarter of a chatter row) and joins
+    it back from the stream fields: every event carries the id the server gives the row. Where
+    the stream fields do not name the stream (``unit`` a stream field of one stream and a plain
+    field of another) the id is exported as before."""
+    t0 = time.time_ns() - 40 * NS
+    rows = [{"_time": fmt_ns(t0 + k * 1_000_000), "host": f"h{k % 3}", **({"unit": f"u{k % 2}"} if k % 5 else {}),
+             "_msg": f"NVRM: Xid (PCI:0000:{k % 200:02x}:00): 79, pid={k}, name=python3, GPU has fallen off the bus."}
+            for k in range(900)]
+    real_vl.ingest(rows, stream_fields="host,unit")
+    _wait_rows(real_vl, 900)
+    truth = {r["_msg"]: r["_stream_id"] for r in real_vl.query("* | fields _msg, _stream_id", start="1h")}
+    client = VictoriaLogsClient(real_vl.url)
+    got, exports = _stream_ids_read(client, t0 - NS, t0 + 5 * NS)
+    assert len(got) == 900 and {m: s for (m, _), s in got.items()} == truth
+    assert len(set(truth.values())) == 9                 # 3 hosts x (2 units + none)
+    assert exports and all("_stream_id" not in q.split("| fields", 1)[1] for q in exports)
+    # the same unit value as a plain field of a host-only stream: (host, unit) no longer names the stream
+    t1 = t0 + 10 * NS
+    real_vl.ingest([{"_time": fmt_ns(t1 + k * 1_000_000), "host": "h0", "unit": "u1", "_msg": f"plain unit {k}"}
+                    for k in range(50)], stream_fields="host")
+    _wait_rows(real_vl, 950)
+    truth = {r["_msg"]: r["_stream_id"] for r in real_vl.query("* | fields _msg, _stream_id", start="1h")}
+    got, exports = _stream_ids_read(VictoriaLogsClient(real_vl.url), t0 - NS, t1 + 5 * NS)
+    assert len(got) == 950 and {m: s for (m, _), s in got.items()} == truth
+    assert exports and all("_stream_id" in q.split("| fields", 1)[1] for q in exports)
