@@ -468,17 +468,22 @@ def phase_replay(args, tmp: Path) -> dict:
         while srv.count("*") < n:
             time.sleep(0.5)
         form = urllib.parse.urlencode({"query": "*", "start": fmt(start), "end": fmt(end)})
-        scpu0 = srv.cpu_s()
-        t0 = time.perf_counter()
-        curl = subprocess.run(["curl", "-s", "-o", str(tmp / "export.jsonl"), "-w", "%{size_download}",
-                               "--data", form, srv.base + "/select/logsql/query"], capture_output=True, text=True,
-                              check=True)
-        t_curl = time.perf_counter() - t0
-        scpu_curl = srv.cpu_s() - scpu0
-        lines = sum(1 for _ in (tmp / "export.jsonl").open("rb"))
-        (tmp / "export.jsonl").unlink()
+
+        def curl_export() -> tuple[float, float, int, int]:
+            """A plain ``curl`` export of the range: (seconds, server CPU-s, bytes, lines)."""
+            scpu0 = srv.cpu_s()
+            t0 = time.perf_counter()
+            got = subprocess.run(["curl", "-s", "-o", str(tmp / "export.jsonl"), "-w", "%{size_download}",
+                                  "--data", form, srv.base + "/select/logsql/query"], capture_output=True, text=True,
+                                 check=True)
+            took, scpu = time.perf_counter() - t0, srv.cpu_s() - scpu0
+            n_lines = sum(1 for _ in (tmp / "export.jsonl").open("rb"))
+            (tmp / "export.jsonl").unlink()
+            return took, scpu, int(got.stdout or 0), n_lines
+
+        t_curl, scpu_curl, n_bytes, lines = curl_export()
         c = VictoriaLogsClient("victorialogs://" + srv.base.split("://")[1], read_timeout=300)
-        out: dict = {"rows": lines, "curl_s": round(t_curl, 2), "curl_bytes": int(curl.stdout or 0),
+        out: dict = {"rows": lines, "curl_s": round(t_curl, 2), "curl_bytes": n_bytes,
                      "curl_lines_s": int(lines / t_curl), "curl_server_cpu_s": round(scpu_curl, 2),
                      "loadavg_1m": os.getloadavg()[0]}
         runs = [("local", dict()),                  # the default: export, select/count/summarise here
@@ -489,22 +494,33 @@ def phase_replay(args, tmp: Path) -> dict:
         if args.replay_modes:
             runs = [r for r in runs if r[0] in args.replay_modes.split(",")]
         incidents = {}
-        for name, kw in runs:
-            cpu0, t0, scpu0 = time.process_time(), time.perf_counter(), srv.cpu_s()
-            res = replay_source(c, "*", start, end, ReplayOptions(), **kw)
-            t_rep = time.perf_counter() - t0
-            scpu = srv.cpu_s() - scpu0
-            incidents[name] = [(i.category, i.node, i.count) for i in res.incidents]
-            out[name] = {"s": round(t_rep, 2), "cpu_s": round(time.process_time() - cpu0, 2),
-                         "events": res.summary["events"], "lines_s": int(lines / t_rep),
-                         "vs_curl": round(t_curl / t_rep, 3), "server_cpu_s": round(scpu, 2),
-                         # CPU seconds (ours + the server's) per line against curl's (the server's):
-                         # the wall-clock ratio on a machine loaded by others mostly measures our share of it
-                         "cpu_vs_curl": round(scpu_curl / max(1e-9, scpu + time.process_time() - cpu0), 3),
-                         "incidents": len(res.incidents), "loadavg_1m": os.getloadavg()[0],
-                         **({"fetched": res.summary["pushdown"]["lines_fetched"],
-                             "progress_summarised": res.summary["pushdown"]["progress_lines_summarised"]}
-                            if "pushdown" in res.summary else {})}
+        for rep in range(max(1, args.replay_reps)):
+            for name, kw in runs:
+                if rep or name != runs[0][0]:    # each run right after its own curl (the load drifts)
+                    t_curl, scpu_curl, _, _ = curl_export()
+                cpu0, t0, scpu0 = time.process_time(), time.perf_counter(), srv.cpu_s()
+                res = replay_source(c, "*", start, end, ReplayOptions(), **kw)
+                t_rep = time.perf_counter() - t0
+                scpu = srv.cpu_s() - scpu0
+                incidents[f"{name}#{rep}"] = [(i.category, i.node, i.count) for i in res.incidents]
+                r = {"s": round(t_rep, 2), "cpu_s": round(time.process_time() - cpu0, 2),
+                     "events": res.summary["events"], "lines_s": int(lines / t_rep), "curl_s": round(t_curl, 2),
+                     "vs_curl": round(t_curl / t_rep, 3), "server_cpu_s": round(scpu, 2),
+                     # CPU seconds (ours + the server's) per line against curl's (the server's):
+                     # the wall-clock ratio on a machine loaded by others mostly measures our share of it
+                     "cpu_vs_curl": round(scpu_curl / max(1e-9, scpu + time.process_time() - cpu0), 3),
+                     "incidents": len(res.incidents), "loadavg_1m": os.getloadavg()[0],
+                     **({"fetched": res.summary["pushdown"]["lines_fetched"],
+                         "progress_summarised": res.summary["pushdown"]["progress_lines_summarised"]}
+                        if "pushdown" in res.summary else {})}
+                if rep == 0:
+                    out[name] = r
+                else:
+                    out[name].setdefault("reps", []).append(r)
+            print(json.dumps({"replay_rep": rep, **{k: out[k] for k, _ in runs}}), file=sys.stderr, flush=True)
+        for name, _ in runs:
+            ratios = sorted([out[name]["vs_curl"], *(x["vs_curl"] for x in out[name].get("reps", []))])
+            out[name]["vs_curl_median"] = ratios[len(ratios) // 2]
         out["same_incidents"] = len({repr(v) for v in incidents.values()}) == 1
     finally:
         srv.stop()
@@ -525,6 +541,8 @@ def main() -> None:
     ap.add_argument("--context", type=float, default=120.0)
     ap.add_argument("--modes-duration", type=float, default=30.0)
     ap.add_argument("--replay-rows", type=int, default=1_000_000)
+    ap.add_argument("--replay-reps", type=int, default=1,
+                    help="replay: repeat the runs (each right after its own curl export); median ratio reported")
     ap.add_argument("--replay-skip-full", action="store_true", help="replay: skip the read-every-row baseline")
     ap.add_argument("--replay-modes", default=None,
                     help="replay: only these runs (comma-separated: local, server_pushdown, server_pushdown_progress, full_read)")

@@ -725,6 +725,9 @@ class VLPoller:
         if self.complete_ns is not None:
             led = self.ledger
             led.evict_before(led.bucket(self.complete_ns - self.horizon_ns))
+            # buckets that stayed short past their retries are given up on, not remembered for ever
+            for b0 in [b0 for b0 in self._dirty if b0 < self.complete_ns - self.horizon_ns]:
+                del self._dirty[b0]
             before = led.floor
             led.compact(led.bucket(self.complete_ns))
             if led.floor != before:
