@@ -24,6 +24,7 @@ The selection of a progress spec is the server summary's ``where`` (see
 
 from __future__ import annotations
 
+import functools
 import io
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -35,7 +36,7 @@ from recovery_logs.sources.read_common import ReadOptions
 from recovery_logs.timeutil import rfc3339_to_ns_expr
 
 __all__ = ["PROGRESS_SCHEMA", "LocalSplit", "ProgressSpec", "count_frame", "host_job_exprs", "read_export",
-           "row_identity", "split_frame", "with_ts"]
+           "row_identity", "split_frame", "step_prefix", "with_ts"]
 
 # per (host, job, step, window) of one progress spec: lines (duplicates left out), first/last time
 PROGRESS_SCHEMA = {"host": pl.String, "job_id": pl.String, "step": pl.Int64, "bucket": pl.Int64, "lines": pl.Int64,
@@ -53,6 +54,37 @@ def _any(msg: pl.Expr, lits: Sequence[str], regex: str | None) -> pl.Expr:
     if len(lits) == 1:
         return msg.str.contains(lits[0], literal=True)
     return msg.str.contains_any(list(lits))
+
+
+_STEP_GROUP = "(?P<step>\\d+)"
+_STEP_TAIL = "\\b[^\\n]*?"
+
+
+@functools.lru_cache(maxsize=256)
+def step_prefix(pattern: str) -> str | None:
+    """For a progress pattern shaped ``A(?P<step>\\d+)\\b[^\\n]*?C`` — ``A`` one word (``\\b``
+    around it allowed) and one ``[...]+`` of separators (no digit, no word character in it) —
+    the prefix ``A(?P<step>\\d+)\\b``, whose first match gives the same ``step`` as the whole
+    pattern's on every single-line message the whole pattern matches: ``A`` and the digits
+    match one way only at each place, and a ``C`` after a later ``step`` is also after an earlier
+    one (no line break between). Capturing with the prefix is ~2.5x cheaper (450 k progress lines:
+    0.17 vs 0.43 CPU-s); None for any other shape (the whole pattern is used)."""
+    if pattern.count(_STEP_GROUP) != 1:
+        return None
+    a, rest = pattern.split(_STEP_GROUP)
+    if "(?P<step>" in rest:
+        return None
+    if not rest.startswith(_STEP_TAIL) or not a.endswith("]+") or "[" not in a:
+        return None
+    k = a.rindex("[")
+    head, cls = a[:k], a[k + 1:-2]
+    toks = cls.replace("\\s", "")
+    if not cls or any(c.isalnum() or c in "^-\\]_" for c in toks):
+        return None
+    body = head.removeprefix("\\b").removesuffix("\\b")
+    if not body[:1].isalpha() or not body.isascii() or not all(c.isalnum() or c == "_" for c in body):
+        return None      # one word: a later match cannot start inside an earlier one
+    return a + _STEP_GROUP + "\\b"
 
 
 @dataclass(frozen=True)
@@ -232,7 +264,11 @@ def split_frame(df: pl.DataFrame, plan: LocalSplit, opts: ReadOptions
         if sel.height == 0:
             prog.append((spec, pl.DataFrame(schema=PROGRESS_SCHEMA)))
             continue
-        step = pl.col("_msg").str.extract_groups(spec.pattern).struct.field("step").cast(pl.Int64, strict=False)
+        pre = step_prefix(spec.pattern)
+        if pre is not None and not sel["_msg"].str.contains("\n", literal=True).any():
+            step = pl.col("_msg").str.extract(pre, 1).cast(pl.Int64, strict=False)
+        else:
+            step = pl.col("_msg").str.extract_groups(spec.pattern).struct.field("step").cast(pl.Int64, strict=False)
         g = (sel.with_columns(host.alias("host"), job.alias("job_id"), step.alias("step"),
                               (pl.col("_ts") // plan.bucket_ns * plan.bucket_ns).alias("bucket"))
              .group_by(["host", "job_id", "step", "bucket"])

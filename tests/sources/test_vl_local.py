@@ -4,6 +4,8 @@ the row readers and the engine make of the same rows."""
 from __future__ import annotations
 
 import polars as pl
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from recovery_logs.config import EngineConfig
 from recovery_logs.errors import VictoriaLogsError
@@ -14,7 +16,7 @@ from recovery_logs.sources.files import events_from_vl_records
 from recovery_logs.sources.formats import vl_columns
 from recovery_logs.sources.read_common import ReadOptions
 from recovery_logs.sources.vl_history import present_fields
-from recovery_logs.sources.vl_local import read_export, split_frame, with_ts
+from recovery_logs.sources.vl_local import read_export, split_frame, step_prefix, with_ts
 from recovery_logs.timeutil import rfc3339_to_ns_expr
 from recovery_logs.windows import window_counts
 
@@ -87,7 +89,11 @@ def test_vl_time_fast_path_equals_the_general_parser():
     times = ["2026-12-01T10:00:01.5Z", "2026-12-01T10:00:01.000000001Z", "2026-12-01T10:00:01Z",
              "2026-12-01T10:00:01.+5Z", "2026-12-01T10:00:01.-5Z", "2026-12-01T10:00:01.1234567891Z",
              "2026-12-01T10:00:01,5Z", "2026-12-01T10:00:01.5+00:00", "2026-12-01T10:00:01.5z", "2026-13-01T10:00:01Z",
-             "2026-12-01T10:00:01.Z", "2026-12-01 10:00:01.5Z", "2026-12-01T10:00:61Z", ""]
+             "2026-12-01T10:00:01.Z", "2026-12-01 10:00:01.5Z", "2026-12-01T10:00:61Z", "",
+             # nine digits (30 bytes: the first fast path) and 30-byte look-alikes
+             "2026-12-01T10:00:01.123456789Z", "2026-12-01T10:00:01.+12345678Z", "2026-12-01T10:00:01.-12345678Z",
+             "2026-12-01T10:00:01.12345678aZ", "2026-12-01T10:00:01.1234567 9Z", "2026-12-01T10:00:01.123456789z",
+             "2026-12-01T10:00:01 123456789Z", "2026-12-01T24:00:01.123456789Z"]
     got = with_ts(pl.DataFrame({"_time": times}))["_ts"].to_list()
     want = pl.DataFrame({"_time": times}).select(rfc3339_to_ns_expr(pl.col("_time")))["_time"].to_list()
     assert got == want
@@ -119,3 +125,28 @@ def test_present_fields_keeps_the_core_and_the_present_fields_drops_stream():
     assert got == ("_time", "_msg", "_stream_id", "host", "job_id")
     assert present_fields(_Names({}), "*", 0, 1, keys) == ("_time", "_msg", "_stream_id")   # type: ignore[arg-type]
     assert present_fields(_Names(None), "*", 0, 1, keys) is None     # type: ignore[arg-type]
+
+
+STEP_LOSS = r"\bstep\b[\s:=]+(?P<step>\d+)\b[^\n]*?\bloss\b[\s:=]+(?P<loss>[-\d.eE+]+)"
+
+
+def test_step_prefix_only_for_the_shape_it_is_exact_for():
+    assert step_prefix(STEP_LOSS) == r"\bstep\b[\s:=]+(?P<step>\d+)\b"
+    for p in (r"\bstep\b[\s:=0-9]+(?P<step>\d+)\b[^\n]*?x",      # separators that can be digits
+              r"(?i)\bstep\b[\s:=]+(?P<step>\d+)\b[^\n]*?x",       # a flag
+              r"\bst.p\b[\s]+(?P<step>\d+)\b[^\n]*?x",             # not one word
+              r"\bstep\b[\s:=]+(?P<step>\d+)[^\n]*?x",             # no boundary after the digits
+              r"\bstep\b[\s:=]+(?P<step>\d+)\b.*?x",               # '.' (single-line either way, but not this shape)
+              r"\bstep\b[\w]+(?P<step>\d+)\b[^\n]*?x", r"\biter (?P<step>\d+): loss"):
+        assert step_prefix(p) is None, p
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.sampled_from(["step", "step:", "step=", "loss", "loss ", "1", "23", "x", " ", ":", "=", "|",
+                                 "steps", "_step", "1.5", "e-3", "\n", "\t", "lossy", "[rank3]:"]), max_size=24))
+def test_step_prefix_gives_the_whole_patterns_step(parts):
+    msgs = ["".join(parts), "step 7 | " + "".join(parts), "".join(parts) + " step 9 loss 1.0"]
+    df = pl.DataFrame({"m": msgs}).filter(pl.col("m").str.contains(STEP_LOSS) & ~pl.col("m").str.contains("\n"))
+    full = df.select(pl.col("m").str.extract_groups(STEP_LOSS).struct.field("step"))["step"].to_list()
+    fast = df.select(pl.col("m").str.extract(step_prefix(STEP_LOSS), 1))["m"].to_list()
+    assert fast == full
