@@ -104,22 +104,24 @@ def winners(events: pl.DataFrame, pack: RulePack, prune_benign: bool = True) -> 
         all_lits = lit_tab["_lit"].unique(maintain_order=True).to_list()
         gate = _gate(pack.rules, prune_benign)
         cand_rows = base.filter(pl.col("message").str.contains(gate_regex(gate))) if gate else base.clear()
-        hits = (cand_rows.with_columns(pl.col("message").str.extract_many(all_lits, overlapping=True).alias("_lit"))
+        # (row, unit) pairs only: a line is a candidate of every pattern of every rule whose literal it
+        # contains (a progress line of 8 patterns), so its text is gathered only when a pattern is tried
+        hits = (cand_rows.select("_row", pl.col("message").str.extract_many(all_lits, overlapping=True).alias("_lit"))
                 .filter(pl.col("_lit").list.len() > 0)
                 .with_columns(pl.col("_lit").list.unique())
                 .explode("_lit"))
-        pairs.append(hits.join(lit_tab, on="_lit", how="inner").select("_row", "_u", "message"))
+        pairs.append(hits.join(lit_tab, on="_lit", how="inner").select("_row", "_u"))
     for u, (r, i) in enumerate(units):
         if not r.literals:   # no prefilter possible: regex over every message
             m = base.filter(pl.col("message").str.contains(r.patterns[i]))
-            pairs.append(m.select("_row", pl.lit(u, pl.UInt32).alias("_u"), "message"))
+            pairs.append(m.select("_row", pl.lit(u, pl.UInt32).alias("_u")))
     if not pairs:
         return pl.DataFrame(schema=out_schema)
     cand = pl.concat(pairs).unique(["_row", "_u"]).sort(["_row", "_u"])
-    return _first_matching(cand, unit_tab).select("_row", "_u", "_rule_id", "message")
+    return _first_matching(cand, unit_tab, base.get_column("message")).select("_row", "_u", "_rule_id", "message")
 
 
-def _first_matching(cand: pl.DataFrame, unit_tab: pl.DataFrame) -> pl.DataFrame:
+def _first_matching(cand: pl.DataFrame, unit_tab: pl.DataFrame, messages: pl.Series) -> pl.DataFrame:
     """Per row (``cand`` sorted by row, then unit) the first candidate unit whose pattern matches.
 
     In rounds: each row's first untested candidate is tested; a row that matched is done, the others
@@ -131,14 +133,16 @@ def _first_matching(cand: pl.DataFrame, unit_tab: pl.DataFrame) -> pl.DataFrame:
     while rest.height:
         first = pl.col("_row").is_first_distinct()
         # sorted by pattern so that consecutive rows reuse Polars' compiled-regex cache
-        head = (rest.filter(first).sort("_u").join(unit_tab, on="_u", how="left", maintain_order="left")
+        head = rest.filter(first).sort("_u").join(unit_tab, on="_u", how="left", maintain_order="left")
+        head = (head.with_columns(messages.gather(head.get_column("_row")).alias("message"))
                 .with_columns(pl.col("message").str.contains(pl.col("_pattern")).alias("_ok")))
         hit = head.filter(pl.col("_ok"))
         won.append(hit.drop("_pattern", "_ok"))
         rest = rest.filter(~first)
         if hit.height and rest.height:
             rest = rest.filter(~pl.col("_row").is_in(hit["_row"].implode()))
-    out = pl.concat(won) if won else unit_tab.clear().join(cand.clear(), on="_u").drop("_pattern")
+    out = (pl.concat(won) if won else
+           unit_tab.clear().join(cand.clear(), on="_u").drop("_pattern").with_columns(messages.clear().alias("message")))
     return out.sort("_row")
 
 
