@@ -104,6 +104,9 @@ def winners(events: pl.DataFrame, pack: RulePack, prune_benign: bool = True) -> 
         all_lits = lit_tab["_lit"].unique(maintain_order=True).to_list()
         gate = _gate(pack.rules, prune_benign)
         cand_rows = base.filter(pl.col("message").str.contains(gate_regex(gate))) if gate else base.clear()
+        if all(r.literals for r, _ in units):
+            return _first_matching_by_set(cand_rows, all_lits, lit_tab, unit_tab,
+                                          base.get_column("message")).select("_row", "_u", "_rule_id", "message")
         # (row, unit) pairs only: a line is a candidate of every pattern of every rule whose literal it
         # contains (a progress line of 8 patterns), so its text is gathered only when a pattern is tried
         hits = (cand_rows.select("_row", pl.col("message").str.extract_many(all_lits, overlapping=True).alias("_lit"))
@@ -119,6 +122,43 @@ def winners(events: pl.DataFrame, pack: RulePack, prune_benign: bool = True) -> 
         return pl.DataFrame(schema=out_schema)
     cand = pl.concat(pairs).unique(["_row", "_u"]).sort(["_row", "_u"])
     return _first_matching(cand, unit_tab, base.get_column("message")).select("_row", "_u", "_rule_id", "message")
+
+
+def _first_matching_by_set(cand_rows: pl.DataFrame, all_lits: list[str], lit_tab: pl.DataFrame,
+                           unit_tab: pl.DataFrame, messages: pl.Series) -> pl.DataFrame:
+    """:func:`_first_matching` over the candidates of every literal a row holds, with the candidates
+    made once per distinct *set* of literals: a line's candidates are the units of its literals in
+    unit order, and most lines of a log share their set (every progress line of a job holds the same
+    literal), so a row carries only its set's id and round ``k`` tries the set's ``k``-th unit. The
+    same winners as the pairs of every row and unit, without millions of pairs to dedupe and sort."""
+    hits = (cand_rows.select("_row", pl.col("message").str.extract_many(all_lits, overlapping=True).alias("_lit"))
+            .filter(pl.col("_lit").list.len() > 0)
+            .with_columns(pl.col("_lit").list.unique().list.sort()))
+    hits = hits.with_columns(pl.col("_lit").list.join("\x00").alias("_key"))
+    sets = hits.select("_key", "_lit").unique("_key", maintain_order=True).with_row_index("_set")
+    set_k = (sets.select("_set", "_lit").explode("_lit").join(lit_tab, on="_lit", how="inner")
+             .select("_set", "_u").unique().sort(["_set", "_u"])
+             .with_columns(pl.int_range(pl.len(), dtype=pl.UInt32).over("_set").alias("_k")))
+    alive = hits.select("_row", "_key").join(sets.select("_key", "_set"), on="_key", how="inner").select("_row", "_set")
+    won: list[pl.DataFrame] = []
+    k = 0
+    while alive.height:
+        head = (alive.join(set_k.filter(pl.col("_k") == k).select("_set", "_u"), on="_set", how="inner")
+                .select("_row", "_u").sort("_u")     # by pattern: consecutive rows reuse the compiled regex
+                .join(unit_tab, on="_u", how="left", maintain_order="left"))
+        if head.height == 0:
+            break
+        head = (head.with_columns(messages.gather(head.get_column("_row")).alias("message"))
+                .with_columns(pl.col("message").str.contains(pl.col("_pattern")).alias("_ok")))
+        hit = head.filter(pl.col("_ok"))
+        won.append(hit.select("_row", "_u", "_rule_id", "message"))
+        alive = alive.join(head.select("_row"), on="_row", how="semi")     # rows that had a k-th candidate
+        if hit.height:
+            alive = alive.join(hit.select("_row"), on="_row", how="anti")
+        k += 1
+    if not won:
+        return pl.DataFrame(schema={"_row": pl.UInt32, "_u": pl.UInt32, "_rule_id": pl.String, "message": pl.String})
+    return pl.concat(won).sort("_row")
 
 
 def _first_matching(cand: pl.DataFrame, unit_tab: pl.DataFrame, messages: pl.Series) -> pl.DataFrame:
