@@ -33,7 +33,7 @@ from recovery_logs.errors import ConfigError
 from recovery_logs.inventory import GpuInventory, fill_gpus, inventory_records, nccl_gpu_records
 from recovery_logs.jobjoin import annotate, fill_jobs, tag_attempts
 from recovery_logs.pipeline.enrich import fill_gpu, nccl_addresses, subject_host
-from recovery_logs.pipeline.progress_store import ProgressStore
+from recovery_logs.pipeline.progress_store import ProgressStore, sorted_chunks
 from recovery_logs.records import Incident
 from recovery_logs.remediation.plan import RECORD_ONLY, plan
 from recovery_logs.schema import PROGRESS_CATEGORY, check_events, empty_findings, own_strings
@@ -109,21 +109,6 @@ class EnginePart:
 LINE_SCORE_PARAMS = LineScoreParams()
 # progress rules whose text a detector parses (the straggler timing reports): kept as full rows
 TEXT_RULES = frozenset((*REPORT_RULES, *LIST_RULES))
-
-
-def _sorted_findings(chunks: list[pl.DataFrame]) -> pl.DataFrame:
-    """The chunks as one frame in (time, seq) order, the same rows as ``concat(chunks).sort(...)``,
-    gathered a column at a time and each unsorted column let go once gathered: the whole frame is
-    held twice only a column at a time (on a fleet hour, 170 MB of findings, nearly all progress
-    rows; the sort's two copies were the replay's peak). ``chunks`` is emptied."""
-    df = pl.concat(chunks) if len(chunks) > 1 else chunks[0]
-    chunks.clear()
-    order = df.select(pl.arg_sort_by(["time", "seq"], nulls_last=True)).to_series()
-    cols: list[pl.Series] = []
-    for name in df.columns:
-        cols.append(df.get_column(name).gather(order))
-        df = df.drop(name)
-    return pl.DataFrame(cols)
 
 
 def _merge_lines(a: LineStats | None, b: LineStats | None) -> LineStats | None:
@@ -313,7 +298,7 @@ class Engine:
                 self._findings_cache = empty_findings()
             else:
                 chunks, self._chunks = self._chunks, []
-                self._findings_cache = _sorted_findings(chunks)
+                self._findings_cache = sorted_chunks(chunks)
                 self._chunks = [self._findings_cache]
         return self._findings_cache
 

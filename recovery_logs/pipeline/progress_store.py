@@ -23,8 +23,12 @@ from recovery_logs.timeutil import NS
 RESUME_GAP_S = 30.0
 
 
-def _sorted(chunks: list[pl.DataFrame]) -> pl.DataFrame:
-    """The chunks as one frame in (time, seq) order (nulls last), a column gathered at a time."""
+def sorted_chunks(chunks: list[pl.DataFrame]) -> pl.DataFrame:
+    """The chunks as one frame in (time, seq) order (nulls last), the same rows as
+    ``concat(chunks).sort(...)``, gathered a column at a time and each unsorted column let go once
+    gathered: the whole frame is held twice only a column at a time (on a fleet hour the sort's two
+    copies of the findings were the replay's peak). ``chunks`` is emptied. The engine's full findings
+    and this store's narrow rows are both sorted with it."""
     df = pl.concat(chunks) if len(chunks) > 1 else chunks[0]
     chunks.clear()
     order = df.select(pl.arg_sort_by(["time", "seq"], nulls_last=True)).to_series()
@@ -54,7 +58,7 @@ class ProgressStore:
     def frame(self) -> pl.DataFrame:
         """Every row held, in (time, seq) order."""
         if self._cache is None:
-            self._cache = empty_progress() if not self._chunks else _sorted(self._chunks)
+            self._cache = empty_progress() if not self._chunks else sorted_chunks(self._chunks)
             self._chunks = [self._cache]
         return self._cache
 
@@ -123,4 +127,4 @@ class ProgressStore:
         path.unlink()
 
 
-__all__ = ["RESUME_GAP_S", "ProgressStore"]
+__all__ = ["RESUME_GAP_S", "ProgressStore", "sorted_chunks"]
