@@ -54,6 +54,27 @@ def compile_forest(forest: Any) -> bytes:
     return buf.getvalue()
 
 
+def _distinct_rows(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(index of each distinct row's first occurrence, each row's distinct-row number): rows told
+    apart by their bytes, in a dict (``np.unique(axis=0)`` sorts the rows lexicographically: 0.11 s for
+    the 18 k windows of a fleet hour, this 0.004 s). Rows with the same bytes have the same score; rows
+    with different bytes that compare equal (0.0 and -0.0) are only scored twice."""
+    a = np.ascontiguousarray(x)
+    size = a.shape[1] * a.dtype.itemsize
+    raw = a.tobytes()
+    seen: dict[bytes, int] = {}
+    first: list[int] = []
+    inverse: list[int] = []
+    for r in range(a.shape[0]):
+        key = raw[r * size:(r + 1) * size]
+        j = seen.get(key)
+        if j is None:
+            j = seen[key] = len(first)
+            first.append(r)
+        inverse.append(j)
+    return np.asarray(first, dtype=np.intp), np.asarray(inverse, dtype=np.intp)
+
+
 class NumpyForest:
     """An isolation forest loaded from ``compile_forest`` bytes; ``score_samples`` as scikit-learn's."""
 
@@ -111,12 +132,12 @@ class NumpyForest:
     def score_samples(self, m: np.ndarray) -> np.ndarray:
         """scikit-learn's ``IsolationForest.score_samples`` (negative: lower = more anomalous)."""
         x = np.asarray(m, dtype=np.float32)
-        if x.ndim == 2 and x.shape[0] > 1:
+        if x.ndim == 2 and x.shape[0] > 1 and x.shape[1] > 0:
             # windows of quiet nodes share their feature vector: a row's score depends only on the
             # row, so each distinct row is walked once and the scores are spread back (the same bits)
-            uniq, inverse = np.unique(x, axis=0, return_inverse=True)
-            if uniq.shape[0] < x.shape[0]:
-                return self._score_rows(uniq)[inverse.reshape(-1)]
+            first, inverse = _distinct_rows(x)
+            if first.shape[0] < x.shape[0]:
+                return self._score_rows(x[first])[inverse]
         return self._score_rows(x)
 
     def _score_rows(self, x: np.ndarray) -> np.ndarray:

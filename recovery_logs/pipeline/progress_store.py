@@ -17,7 +17,7 @@ from pathlib import Path
 
 import polars as pl
 
-from recovery_logs.detectors.progress import empty_progress, narrow, widen
+from recovery_logs.detectors.progress import empty_progress, narrow, time_seq_order, widen
 from recovery_logs.timeutil import NS
 
 RESUME_GAP_S = 30.0
@@ -31,7 +31,7 @@ def sorted_chunks(chunks: list[pl.DataFrame]) -> pl.DataFrame:
     and this store's narrow rows are both sorted with it."""
     df = pl.concat(chunks) if len(chunks) > 1 else chunks[0]
     chunks.clear()
-    order = df.select(pl.arg_sort_by(["time", "seq"], nulls_last=True)).to_series()
+    order = time_seq_order(df)
     cols: list[pl.Series] = []
     for name in df.columns:
         cols.append(df.get_column(name).gather(order))
@@ -77,20 +77,26 @@ class ProgressStore:
 
     def _keep_texts(self, found: pl.DataFrame) -> None:
         gap = int(RESUME_GAP_S * NS)
-        p = (found.filter(pl.col("job_id").is_not_null() & pl.col("time").is_not_null())
-             .select("job_id", "seq", "message", pl.col("time").dt.epoch("ns").alias("t"))
-             .sort(["job_id", "t", "seq"]))
+        p = (found.select("job_id", "seq", pl.col("time").dt.epoch("ns").alias("t"))
+             .with_row_index("_i")
+             .filter(pl.col("job_id").is_not_null() & pl.col("t").is_not_null()))
         if p.height == 0:
             return
+        # each job's rows in (t, seq) order: with seq ascending and never null (rows as read), one
+        # stable sort by t, the job's rows then taken in frame order by ``over``; the text is gathered
+        # for the few rows kept only
+        seq = p.get_column("seq")
+        p = p[time_seq_order(p, "t")] if seq.null_count() == 0 and seq.is_sorted() else p.sort(["job_id", "t", "seq"])
         prev = pl.col("t").shift(1).over("job_id")
         first = pl.int_range(pl.len()).over("job_id") == 0
         last = pl.col("job_id").replace_strict(self._last, default=None, return_dtype=pl.Int64) if self._last \
             else pl.lit(None, pl.Int64)
         before = pl.when(first).then(last).otherwise(prev)
         hits = p.filter(before.is_null() | (pl.col("t") - before >= gap))
-        for seq, msg, t in hits.select("seq", "message", "t").iter_rows():
-            if seq is not None:
-                self.texts[int(seq)] = (int(t), msg or "")
+        msgs = found.get_column("message").gather(hits.get_column("_i")).to_list()
+        for (s, t), msg in zip(hits.select("seq", "t").iter_rows(), msgs, strict=True):
+            if s is not None:
+                self.texts[int(s)] = (int(t), msg or "")
         for job, t in p.group_by("job_id").agg(pl.col("t").max()).iter_rows():
             if t > self._last.get(job, -(2**62)):
                 self._last[job] = t
