@@ -265,10 +265,21 @@ def match(events: pl.DataFrame, pack: RulePack) -> pl.DataFrame:
 
 
 def _classify_xid(ext: pl.DataFrame, pack: RulePack) -> pl.DataFrame:
+    """XID findings classified from the catalog (module docstring, step 5); the other rows as they
+    are, with ``detail`` from ``_detail``. Only the XID rows go through the catalog joins (on a fleet
+    nearly every row is a progress line): the rows come back in another order (the caller sorts)."""
+    is_xid = ((pl.col("category") == "xid") & pl.col("xid").is_not_null()).fill_null(False)
+    mask = ext.select(is_xid).to_series()
+    if not mask.any():
+        return ext.with_columns(pl.col("_detail").alias("detail"))
+    rest = ext.filter(~mask).with_columns(pl.col("_detail").alias("detail"))
+    out = _classify_xid_rows(ext.filter(mask), pack)
+    return pl.concat([out, rest], how="diagonal_relaxed")
+
+
+def _classify_xid_rows(ext: pl.DataFrame, pack: RulePack) -> pl.DataFrame:
     is_xid = (pl.col("category") == "xid") & pl.col("xid").is_not_null()
     codes = ext.filter(is_xid)["xid"].unique().drop_nulls().to_list()
-    if not codes:
-        return ext.with_columns(pl.col("_detail").alias("detail"))
     entries = [pack.xid(int(c)) for c in codes]
     cat = pl.DataFrame({
         "xid": [e.code for e in entries], "_x_category": [e.category for e in entries],
