@@ -2,14 +2,15 @@
 
 No per-line Python loop. The steps, all Polars expressions over the whole batch:
 
-1. **Prefilter** — one Aho-Corasick pass (``str.extract_many``) over every message with all
-   rule literals; a message that contains none of them cannot be won by a literal-carrying
-   rule. Rules without literals are tried with their regex on every message.
-2. **Candidates** — (row, literal) pairs are joined to the rules that carry the literal, giving
-   (row, pattern) pairs; each pair is tested with ``str.contains`` against a per-row pattern
-   column (Polars caches the compiled regexes).
-3. **Winner** — per row the first matching pattern in rule order (priority descending, then
-   file and position) wins: one finding per event at most.
+1. **Prefilter** — one regex alternation of the rule literals (the gate) over every message, then
+   one Aho-Corasick pass (``str.extract_many``) over the messages it admits: the literals each one
+   holds. A message that holds none cannot be won by a literal-carrying rule.
+2. **Candidates** — a message's candidates are the (rule, pattern) units of every literal it holds,
+   plus every unit of a rule without literals (a candidate of every message), in winning order.
+   They are made once per distinct set of literals (most lines of a log share theirs).
+3. **Winner** — in rounds, each message's next candidate is tested with ``str.contains`` (per-row
+   pattern column; Polars caches the compiled regexes); the first that matches wins: one finding
+   per event at most.
 4. **Extraction** — per winning pattern, ``str.extract_groups`` on the rows it won only. Named
    groups named like FINDING_SCHEMA columns fill those columns; ``step_time_ms`` and
    ``it_per_s``/``samples_per_s``/``tokens_per_s`` (inverted) become ``step_time_s``, ``step_time_ms_<part>`` groups are summed; every other group goes into ``detail`` (JSON).
@@ -97,49 +98,44 @@ def winners(events: pl.DataFrame, pack: RulePack, prune_benign: bool = True) -> 
         "_rule_id": [r.id for r, _ in units],
     }, schema={"_u": pl.UInt32, "_pattern": pl.String, "_rule_id": pl.String})
     lit_rows = [(lit, u) for u, (r, _) in enumerate(units) for lit in r.literals]
-    pairs: list[pl.DataFrame] = []
-    if lit_rows:
-        lit_tab = pl.DataFrame({"_lit": [a for a, _ in lit_rows], "_u": [b for _, b in lit_rows]},
-                               schema={"_lit": pl.String, "_u": pl.UInt32})
-        all_lits = lit_tab["_lit"].unique(maintain_order=True).to_list()
-        gate = _gate(pack.rules, prune_benign)
-        cand_rows = base.filter(pl.col("message").str.contains(gate_regex(gate))) if gate else base.clear()
-        if all(r.literals for r, _ in units):
-            return _first_matching_by_set(cand_rows, all_lits, lit_tab, unit_tab,
-                                          base.get_column("message")).select("_row", "_u", "_rule_id", "message")
-        # (row, unit) pairs only: a line is a candidate of every pattern of every rule whose literal it
-        # contains (a progress line of 8 patterns), so its text is gathered only when a pattern is tried
-        hits = (cand_rows.select("_row", pl.col("message").str.extract_many(all_lits, overlapping=True).alias("_lit"))
-                .filter(pl.col("_lit").list.len() > 0)
-                .with_columns(pl.col("_lit").list.unique())
-                .explode("_lit"))
-        pairs.append(hits.join(lit_tab, on="_lit", how="inner").select("_row", "_u"))
-    for u, (r, i) in enumerate(units):
-        if not r.literals:   # no prefilter possible: regex over every message
-            m = base.filter(pl.col("message").str.contains(r.patterns[i]))
-            pairs.append(m.select("_row", pl.lit(u, pl.UInt32).alias("_u")))
-    if not pairs:
-        return pl.DataFrame(schema=out_schema)
-    cand = pl.concat(pairs).unique(["_row", "_u"]).sort(["_row", "_u"])
-    return _first_matching(cand, unit_tab, base.get_column("message")).select("_row", "_u", "_rule_id", "message")
+    lit_tab = pl.DataFrame({"_lit": [a for a, _ in lit_rows], "_u": [b for _, b in lit_rows]},
+                           schema={"_lit": pl.String, "_u": pl.UInt32})
+    all_lits = lit_tab["_lit"].unique(maintain_order=True).to_list()
+    free = [u for u, (r, _) in enumerate(units) if not r.literals]
+    gate = _gate(pack.rules, prune_benign) if all_lits else []
+    admitted = pl.col("message").str.contains(gate_regex(gate)) if gate else pl.lit(False)
+    found = (pl.col("message").str.extract_many(all_lits, overlapping=True) if all_lits
+             else pl.lit([], dtype=pl.List(pl.String)))
+    if free:
+        # a unit without literals is a candidate of every line: every row goes on, one the gate does not
+        # admit with no literal (the literals it holds are only benign rules')
+        rows = base.select("_row", pl.when(admitted).then(found).otherwise(pl.lit([], dtype=pl.List(pl.String)))
+                           .alias("_lit"))
+    else:
+        rows = base.filter(admitted).select("_row", found.alias("_lit")).filter(pl.col("_lit").list.len() > 0)
+    return _first_matching_by_set(rows, lit_tab, free, unit_tab,
+                                  base.get_column("message")).select("_row", "_u", "_rule_id", "message")
 
 
-def _first_matching_by_set(cand_rows: pl.DataFrame, all_lits: list[str], lit_tab: pl.DataFrame,
+def _first_matching_by_set(hits: pl.DataFrame, lit_tab: pl.DataFrame, free: list[int],
                            unit_tab: pl.DataFrame, messages: pl.Series) -> pl.DataFrame:
-    """:func:`_first_matching` over the candidates of every literal a row holds, with the candidates
-    made once per distinct *set* of literals: a line's candidates are the units of its literals in
-    unit order, and most lines of a log share their set (every progress line of a job holds the same
-    literal), so a row carries only its set's id and round ``k`` tries the set's ``k``-th unit. The
-    same winners as the pairs of every row and unit, without millions of pairs to dedupe and sort."""
-    hits = (cand_rows.select("_row", pl.col("message").str.extract_many(all_lits, overlapping=True).alias("_lit"))
-            .filter(pl.col("_lit").list.len() > 0)
-            .with_columns(pl.col("_lit").list.unique()))
+    """Per row the first unit, in unit (winning) order, whose pattern matches its message. A row's
+    candidates are the units of every literal it holds (``hits``: ``_row`` and the list ``_lit``) and
+    the units without literals (``free``). They are made once per distinct *set* of literals: most
+    lines of a log share their set (every progress line of a job holds the same literal), so a row
+    carries only its set's id and round ``k`` tries the set's ``k``-th unit; a row that matched is
+    done. The same winners as testing every (row, candidate unit) pair and keeping each row's first
+    match, without millions of pairs to dedupe and sort, and with fewer regex runs."""
+    hits = hits.with_columns(pl.col("_lit").list.unique())
     # the set's key in the order the literals occur (sorting string lists is slow in Polars): the same
     # literals in another order are another key with the same units, which changes nothing
     hits = hits.with_columns(pl.col("_lit").list.join("\x00").alias("_key"))
     sets = hits.select("_key", "_lit").unique("_key", maintain_order=True).with_row_index("_set")
-    set_k = (sets.select("_set", "_lit").explode("_lit").join(lit_tab, on="_lit", how="inner")
-             .select("_set", "_u").unique().sort(["_set", "_u"])
+    set_units = sets.select("_set", "_lit").explode("_lit").join(lit_tab, on="_lit", how="inner").select("_set", "_u")
+    if free:
+        set_units = pl.concat([set_units, sets.select("_set").join(
+            pl.DataFrame({"_u": free}, schema={"_u": pl.UInt32}), how="cross")])
+    set_k = (set_units.unique().sort(["_set", "_u"])
              .with_columns(pl.int_range(pl.len(), dtype=pl.UInt32).over("_set").alias("_k")))
     alive = hits.select("_row", "_key").join(sets.select("_key", "_set"), on="_key", how="inner").select("_row", "_set")
     won: list[pl.DataFrame] = []
@@ -161,31 +157,6 @@ def _first_matching_by_set(cand_rows: pl.DataFrame, all_lits: list[str], lit_tab
     if not won:
         return pl.DataFrame(schema={"_row": pl.UInt32, "_u": pl.UInt32, "_rule_id": pl.String, "message": pl.String})
     return pl.concat(won).sort("_row")
-
-
-def _first_matching(cand: pl.DataFrame, unit_tab: pl.DataFrame, messages: pl.Series) -> pl.DataFrame:
-    """Per row (``cand`` sorted by row, then unit) the first candidate unit whose pattern matches.
-
-    In rounds: each row's first untested candidate is tested; a row that matched is done, the others
-    go on with their next candidate. The same winners as testing every pair and keeping each row's
-    first match, with fewer regex runs: a progress line is a candidate of every pattern of its rule
-    (both ``progress.rank_step_time`` patterns carry the literal), and the first one wins it."""
-    won: list[pl.DataFrame] = []
-    rest = cand
-    while rest.height:
-        first = pl.col("_row").is_first_distinct()
-        # sorted by pattern so that consecutive rows reuse Polars' compiled-regex cache
-        head = rest.filter(first).sort("_u").join(unit_tab, on="_u", how="left", maintain_order="left")
-        head = (head.with_columns(messages.gather(head.get_column("_row")).alias("message"))
-                .with_columns(pl.col("message").str.contains(pl.col("_pattern")).alias("_ok")))
-        hit = head.filter(pl.col("_ok"))
-        won.append(hit.drop("_pattern", "_ok"))
-        rest = rest.filter(~first)
-        if hit.height and rest.height:
-            rest = rest.filter(~pl.col("_row").is_in(hit["_row"].implode()))
-    out = (pl.concat(won) if won else
-           unit_tab.clear().join(cand.clear(), on="_u").drop("_pattern").with_columns(messages.clear().alias("message")))
-    return out.sort("_row")
 
 
 def _extract(sub: pl.DataFrame, rule: Rule, pattern: str) -> pl.DataFrame:

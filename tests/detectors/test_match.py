@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import tempfile
 from pathlib import Path
 
 import polars as pl
@@ -11,8 +12,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from recovery_logs.detectors.rulepack import load_packs
-from recovery_logs.detectors.rules import _gate, gate_regex, match
-from recovery_logs.schema import FINDING_SCHEMA, check_findings
+from recovery_logs.detectors.rules import _gate, _units, gate_regex, match, winners
+from recovery_logs.schema import EVENT_SCHEMA, FINDING_SCHEMA, check_findings, conform
 
 DATASET = Path(__file__).resolve().parents[1] / "fixtures" / "victorialogs" / "dataset_small.jsonl"
 
@@ -224,3 +225,60 @@ def test_the_gate_is_the_literals_without_those_containing_another(pack):
     assert _gate(pack.rules, True) == [x for x in lits if not any(y != x and y in x for y in lits)]
     lits = list(dict.fromkeys(x for r in pack.rules for x in r.literals))
     assert _gate(pack.rules, False) == [x for x in lits if not any(y != x and y in x for y in lits)]
+
+
+# the matcher against the definition, on small random packs with and without literal-less rules
+_WORDS = ("alpha", "beta", "gamma", "Xid")
+_PATTERNS = (r"alpha \d+", r"beta", r"(?i)gamma.*alpha", r"\d{2}", r"Xid: (?P<xid>\d+)", r"a")
+_rule_st = st.fixed_dictionaries({
+    "patterns": st.lists(st.sampled_from(_PATTERNS), min_size=1, max_size=3, unique=True),
+    "literals": st.lists(st.sampled_from(_WORDS), max_size=2, unique=True),
+    "priority": st.integers(0, 3),
+    "suppress": st.booleans(),
+})
+_line_st = st.lists(st.sampled_from([*_WORDS, "12", "7", " ", "GAMMA", "x"]), max_size=6).map(" ".join)
+
+
+def _pack_toml(rules: list[dict]) -> str:
+    out = ['[pack]\nname = "t"\nversion = 1\n']
+    for k, r in enumerate(rules):
+        out.append(f'''[[rule]]
+id = "t.r{k}"
+version = 1
+category = "cuda_error"
+severity = "high"
+role = "cause"
+action = "investigate"
+priority = {r["priority"]}
+suppress = {"true" if r["suppress"] else "false"}
+patterns = {json.dumps(r["patterns"])}
+literals = {json.dumps(r["literals"])}
+''')
+    return "\n".join(out)
+
+
+def _winner_by_definition(line: str, pack) -> str | None:
+    """Each (rule, pattern) in winning order is a candidate when its rule has no literal, or the
+    line holds one of its literals and a literal of a non-benign rule (the gate): the first
+    candidate whose pattern matches wins."""
+    admitted = any(lit in line for r in pack.rules if not r.suppress for lit in r.literals)
+    for r, i in _units(pack):
+        if r.literals and not (admitted and any(lit in line for lit in r.literals)):
+            continue
+        if pl.select(pl.lit(line).str.contains(r.patterns[i])).item():
+            return r.id
+    return None
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(_rule_st, min_size=1, max_size=5), st.lists(_line_st, min_size=1, max_size=25))
+def test_winners_are_the_first_matching_candidate(rules: list[dict], lines: list[str]) -> None:
+    with tempfile.TemporaryDirectory() as d:
+        (Path(d) / "t.toml").write_text(_pack_toml(rules))
+        pack = load_packs(Path(d))
+    events = conform(pl.DataFrame({"message": lines}), EVENT_SCHEMA)
+    won = winners(events, pack)
+    got = dict(zip(won["_row"].to_list(), won["_rule_id"].to_list(), strict=True))
+    want = {k: w for k, line in enumerate(lines) if (w := _winner_by_definition(line, pack)) is not None}
+    assert got == want
+    assert won["_row"].to_list() == sorted(got)
