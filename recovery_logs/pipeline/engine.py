@@ -172,17 +172,26 @@ class Engine:
         check_events(events, "engine.feed")
         if events.height == 0:
             return empty_findings()
-        part = self.partial(events, count_lines=self.count_lines if count_lines is None else count_lines)
+        # the findings' strings are copied by absorb for the rows it keeps full (a plain progress row's
+        # strings become categoricals and its text goes): copying all of them first cost ~0.15 s per
+        # 700 k fleet lines. The frame returned may share the batch's string buffers
+        part = self._partial(events, self.count_lines if count_lines is None else count_lines, own=False)
         self.absorb(part)
         return part.findings
 
     def partial(self, events: pl.DataFrame, count_lines: bool = True) -> EnginePart:
         """What ``events`` add to the state, without touching it (pure: rules, windows, spans).
         ``count_lines=False``: the events' line counts (windows' lines/first/last, spans, the event
-        count) are left out — they were counted elsewhere (see ``count_lines``)."""
+        count) are left out — they were counted elsewhere (see ``count_lines``). The findings' strings
+        are in buffers of their own (``schema.own_strings``): a part may be held across batches."""
+        return self._partial(events, count_lines, own=True)
+
+    def _partial(self, events: pl.DataFrame, count_lines: bool, own: bool) -> EnginePart:
         found = match(events, self.pack)
         if found.height:
-            found = own_strings(subject_host(fill_gpu(found)))
+            found = subject_host(fill_gpu(found))
+            if own:
+                found = own_strings(found)
         addr: dict[str, tuple[int, str]] = {}
         for h, ip, t in nccl_addresses(events):
             if ip not in addr or (t, h) < addr[ip]:
@@ -216,7 +225,7 @@ class Engine:
                 self.progress_store.add(found.filter(plain))
                 rest = found.filter(~plain)
             if rest.height:
-                self._chunks.append(rest)
+                self._chunks.append(own_strings(rest))     # (a part from feed: not yet copied)
                 self._findings_cache = None
             prog = rest.filter(pl.col("category") == PROGRESS_CATEGORY)
             if prog.height:
