@@ -13,7 +13,7 @@ from polars.testing import assert_frame_equal
 
 from recovery_logs.detectors.anomaly import AnomalyDetector, CompiledWindowModel
 from recovery_logs.detectors.base import DetectContext
-from recovery_logs.detectors.forest_np import NumpyForest, compile_forest
+from recovery_logs.detectors.forest_np import NumpyForest, _distinct_rows, compile_forest
 from recovery_logs.detectors.iforest import WindowIsolationForest, default_models_dir
 from recovery_logs.errors import ModelError
 
@@ -111,3 +111,20 @@ def test_replay_of_the_demo_never_imports_scikit_learn():
             "print(sorted(m for m in ('sklearn', 'scipy', 'skops', 'matplotlib') if m in sys.modules))\n")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
+
+
+def test_repeated_rows_are_scored_once_and_as_alone():
+    comp = CompiledWindowModel.load(default_models_dir() / "default")
+    assert comp is not None
+    f = comp.forest_
+    rng = np.random.default_rng(1)
+    rows = rng.normal(size=(6, f.n_features_in_))
+    rows[1] = -0.0                                # 0.0 and -0.0: different bytes, equal values
+    rows[2] = 0.0
+    rows[3, 0] = np.nan
+    m = rows[rng.integers(0, len(rows), size=300)]
+    first, inverse = _distinct_rows(m.astype(np.float32))
+    assert np.array_equal(m.astype(np.float32)[first][inverse], m.astype(np.float32), equal_nan=True)
+    assert len(first) <= len(rows) and list(first) == sorted(first)
+    alone = np.concatenate([f.score_samples(m[i:i + 1]) for i in range(len(m))])
+    assert np.array_equal(f.score_samples(m).view(np.int64), alone.view(np.int64))
