@@ -172,7 +172,8 @@ def chunk_background(c: Cluster, tl: Timeline, rng: np.random.Generator, c0: int
         avg = float(tl.it_dur_s[lo:k + 1].mean()) * 1000
         it = k + 1
         loss = 7.5 * np.exp(-it / 4000) + 1.6 + 0.02 * float(rng.standard_normal())
-        line = (f"{fmt.bracket_time(t)} iteration {it:>8d}/  500000 | consumed samples: {it * 512:>12d} | "
+        line = (f"{' ' if dialect.iteration_indent else ''}{fmt.bracket_time(t)} iteration {it:>8d}/  500000 | "
+                f"consumed samples: {it * 512:>12d} | "
                 f"elapsed time per iteration (ms): {avg:.1f} | learning rate: {3e-4 * min(1, it / 2000):.6E} | "
                 f"global batch size:   512 | lm loss: {loss:.6E} | loss scale: 1.0 | grad norm: "
                 f"{1.1 + 0.1 * float(rng.random()):.3f} | number of skipped iterations:   0 | number of nan iterations:   0 |")

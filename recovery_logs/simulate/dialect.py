@@ -41,6 +41,11 @@ After a collective timeout, PyTorch 2.3+ ranks report the watchdog's dump signal
 watchdog fired first (``Received a dump signal due to a collective timeout from  rank N``; the corpus's
 lsdefine/simple_GRPO#46, vllm-project/vllm-omni#2928, PrimeIntellect-ai/prime-rl#3186 pastes).
 
+Megatron-LM prints its iteration line with a space before the bracketed time (``" [2024-05-01 10:00:00]
+iteration  100/ 500000 | …"``, megatron/training/training.py ``training_log``), as the corpus's
+epfLLM/Megatron-LLM#11 paste shows; a reader that takes every indented job line for a continuation joins
+a whole run of them into one record (``iteration_indent``).
+
 A ``Dialect`` is drawn once per scenario run from its own random stream (so the other lines of a
 run keep their bytes); ``Dialect()`` is the wording the simulator wrote before variants existed.
 """
@@ -80,6 +85,8 @@ class Dialect:
     oom_pressure: bool = False         # DeepSpeed ZeRO-3 allocator-cache-flush warnings in the steps before a GPU OOM
     watchdog_dump: bool = False        # PyTorch >= 2.3 ranks after a collective timeout: `Received a dump signal due to a
                                        # collective timeout from this local rank` / `… from  rank N` (the first to time out)
+    iteration_indent: bool = False     # Megatron's iteration line as Megatron prints it: f" [{time}]" + " iteration …",
+                                       # one space before the time (epfLLM/Megatron-LLM#11 in the corpus)
 
     @classmethod
     def draw(cls, rng: np.random.Generator) -> Dialect:
@@ -94,7 +101,8 @@ class Dialect:
                    timing_report=str(rng.choice(["none", "megatron_timers", "megatron_straggler"])),
                    thermal_form=str(rng.choice(["dcgm4", "dcgm3", "smi"])),
                    oom_stack=str(rng.choice(list(OOM_STACKS))), thermal_table=coin(),
-                   host_oom_seen="job" if coin() else "kernel", oom_pressure=coin(), watchdog_dump=coin())
+                   host_oom_seen="job" if coin() else "kernel", oom_pressure=coin(), watchdog_dump=coin(),
+                   iteration_indent=coin())
 
     def names(self) -> dict[str, object]:
         """The variants drawn for the run (for truth.json): those that differ from the default wording. A

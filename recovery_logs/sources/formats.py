@@ -74,7 +74,13 @@ RE_DMESG_T = r"^\[([A-Z][a-z]{2} [A-Z][a-z]{2} +\d{1,2} \d{2}:\d{2}:\d{2} \d{4})
 # src/common/write_labelled_message.c: "%*d: "), so " 3: " in a job of 10+ tasks
 RE_RANK = r"^(?:\[rank(\d+)\]: ?| {0,4}(\d{1,6}): )"
 RE_GLOG = r"^\[?([IWEF])(\d{2})(\d{2}) (\d{2}:\d{2}:\d{2})(?:\.(\d{1,9}))?[\s\]]"
-RE_ISO_LEAD = r"^\[?(\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}:\d{2}(?:[.,]\d{1,9})?)(Z|[+-]\d{2}:?\d{2})?[\]\s]"
+# one leading space allowed: Megatron-LM prints its iteration line as f" [{datetime}]" + " iteration …"
+# (megatron/training/training.py training_log), so its own time starts the line after one space
+RE_ISO_LEAD = r"^ ?\[?(\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}:\d{2}(?:[.,]\d{1,9})?)(Z|[+-]\d{2}:?\d{2})?[\]\s]"
+# indented job lines that are records of their own, not continuations: Megatron-LM's iteration line
+# without its time (" iteration      182/  250000 |", releases before 2023) and a tqdm bar below 100 %
+# (tqdm format_meter l_bar "{desc}{percentage:3.0f}%|": " 10%|█ …", "  5%|")
+RE_JOB_HEAD = r"^(?: iteration +\d+/ *\d+ \||\s{1,2}\d{1,2}%\|)"
 RE_NCCL_HOST = r"^([A-Za-z0-9][\w.-]*):\d+:\d+ \[\d+\] NCCL "
 RE_SD_JOB = r"""(?:job_id|jobid|slurm_job_id)="(\d+(?:[._]\w+)?)\""""
 RE_IPV4 = r"^\d+\.\d+\.\d+\.\d+$"
@@ -287,7 +293,8 @@ def parse_job(lines: pl.DataFrame, ctx: ParseContext) -> pl.DataFrame:
     df = df.with_columns(body=pl.coalesce("_body", "text")).drop("_body")
     b = pl.col("body")
     df = df.with_columns(_is_g=b.str.contains(RE_GLOG).fill_null(False),
-                         _is_i=b.str.contains(RE_ISO_LEAD).fill_null(False))
+                         _is_i=b.str.contains(RE_ISO_LEAD).fill_null(False),
+                         _is_h=b.str.contains(RE_JOB_HEAD).fill_null(False))
     df = _on_rows(df, df["_is_g"], functools.partial(_glog_ns, ctx))
     df = _on_rows(df, df["_is_i"], functools.partial(_iso_ns, ctx))
     need_host = b.str.contains("] NCCL ", literal=True)
@@ -303,7 +310,7 @@ def parse_job(lines: pl.DataFrame, ctx: ParseContext) -> pl.DataFrame:
         has_ts=is_g | is_i,
         ts=pl.when(is_g).then(pl.col("_g_ns")).when(is_i).then(pl.col("_i_ns")),
         message=b,
-        header=is_g | is_i,
+        header=is_g | is_i | pl.col("_is_h"),
         source=file_kind,
         nvrm=pl.lit(False),
     )

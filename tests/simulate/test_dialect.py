@@ -197,3 +197,22 @@ def test_collective_timeout_writes_the_dump_signal_when_drawn(tmp_path):
             named = {int(m) for m in re.findall(r"collective timeout from  rank (\d+) and", text)}
             assert len(named) == 1 and f"Rank {named.pop()}] Received a dump signal due to a collective timeout from this local rank" in text
     assert seen == {True, False}
+
+
+def test_megatron_iteration_lines_written_indented_when_drawn_and_read_one_by_one(tmp_path):
+    # Megatron-LM's own f" [{time}] iteration …" (epfLLM/Megatron-LLM#11 in the corpus): the reader must keep
+    # each such line a record of its own with its own time, as it does the unindented form
+    from recovery_logs.sources.files import read_paths
+    seen = set()
+    for seed in range(6):
+        r = simulate_one("healthy", SimOptions(out=tmp_path / str(seed), seed=seed, **SMALL))
+        drawn = bool(r.truth["wording_variants"].get("iteration_indent"))
+        seen.add(drawn)
+        files = [p for p in r.path.rglob("*.out")]
+        text = "\n".join(p.read_text(errors="replace") for p in files)
+        lines = [ln for ln in text.split("\n") if "] iteration " in ln and "elapsed time per iteration" in ln]
+        assert lines and all(ln.startswith(" [") == drawn for ln in lines)
+        ev = read_paths(files).events
+        its = ev.filter(ev["message"].str.contains("elapsed time per iteration", literal=True))
+        assert its.height == len(lines) and not its["message"].str.contains("\n", literal=True).any()
+    assert seen == {True, False}

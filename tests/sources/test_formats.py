@@ -313,3 +313,29 @@ def test_short_host_on_distinct_values_equals_row_by_row():
         assert got.equals(want)
     assert pl.DataFrame({"h": vals}).select(short_host(pl.col("h")))["h"].to_list() == [
         "gpu-n01", "gpu-n02", None, None, None, "10.0.0.1", "a", ".x", "x", "node", "fe80::1", "h"]
+
+
+def test_job_indented_progress_lines_are_records_of_their_own(tmp_path):
+    # Megatron-LM writes f" [{time}]" + " iteration …" (epfLLM/Megatron-LLM#11 pastes them without the time,
+    # releases before 2023), tqdm a bar below 100 % as " 10%|…": each is a log line, not the continuation
+    # of the line before; a traceback's indented lines still join their record
+    out = tmp_path / "job-4711" / "slurm-4711.out"
+    out.parent.mkdir()
+    it = (" iteration      {}/  250000 | consumed samples:       186368 | elapsed time per iteration (ms): 126995.3 |"
+          " learning rate: 1.365E-05 |")
+    out.write_text("\n".join([
+        " [2024-05-01 10:00:00] " + it.format(182).lstrip(),
+        " [2024-05-01 10:02:07] " + it.format(183).lstrip(),
+        it.format(184),
+        " 10%|█         | 100/1000 [01:40<15:00,  1.00s/it]",
+        "Traceback (most recent call last):",
+        '  File "train.py", line 10, in <module>',
+        "RuntimeError: boom",
+    ]) + "\n")
+    r = read_paths([out])
+    ev = r.events
+    assert ev.height == 5 and r.stats["multiline_joined"] == 2
+    assert ev["message"].to_list()[:4] == [" [2024-05-01 10:00:00] " + it.format(182).lstrip(),
+                                           " [2024-05-01 10:02:07] " + it.format(183).lstrip(), it.format(184),
+                                           " 10%|█         | 100/1000 [01:40<15:00,  1.00s/it]"]
+    assert ev["time"].dt.epoch("ns").to_list()[:2] == [iso_to_ns("2024-05-01T10:00:00Z"), iso_to_ns("2024-05-01T10:02:07Z")]
