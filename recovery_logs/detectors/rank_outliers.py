@@ -182,11 +182,16 @@ def list_report_verdicts(findings: pl.DataFrame, ctx: DetectContext, ratio: floa
 
 
 def progress_outliers(findings: pl.DataFrame, ctx: DetectContext, ratio: float, single_ratio: float, min_z: float,
-                      rel_floor: float, min_ranks: int, first_steps: int, exclude: tuple[str, ...]) -> list[dict]:
+                      rel_floor: float, min_ranks: int, first_steps: int, exclude: tuple[str, ...],
+                      pair_ratio: float = 0.0) -> list[dict]:
     """Per (job, progress rule) and step, the ranks' step times compared: a rank is an outlier in a
     step at ``>= ratio`` × the step's median with robust z ``>= min_z``, the only such rank of the step
     (3+ ranks; several slow ranks are a slow node or imbalance — the windowed verdicts). A rank that is an outlier in two of the job's first ``first_steps`` steps, or in
     one at ``>= single_ratio``, is named (one finding per job, at the step that decides it).
+
+    Two ranks (``pair_ratio`` > 0): a median and MAD of two values cannot single one out, so the
+    slower is compared with the other directly — at ``>= pair_ratio`` × its time in two of the first
+    steps (never on one step: a pair has no majority to call the other one normal).
 
     Stable under any watermark: a step's comparison uses only its own rows, and the finding is the
     first step (in event time) that decides it — a later watermark finds the same step, an earlier
@@ -216,19 +221,24 @@ def progress_outliers(findings: pl.DataFrame, ctx: DetectContext, ratio: float, 
     r = p.group_by([*key, "host", "rank"]).agg(st.median().alias("t"), pl.col("time").max().alias("tm"))
     r = r.with_columns(pl.col("t").median().over(key).alias("med"), pl.len().over(key).alias("n"),
                        pl.col("tm").max().over(key).alias("gt"))
-    r = r.filter((pl.col("n") >= min_ranks) & (pl.col("med") > 0))
+    pair = (pl.col("n") == 2) & (pl.lit(pair_ratio) > 0)
+    r = r.filter(((pl.col("n") >= min_ranks) | pair) & (pl.col("med") > 0))
     if r.is_empty():
         return []
-    r = r.with_columns((pl.col("t") - pl.col("med")).abs().median().over(key).alias("mad"))
+    r = r.with_columns((pl.col("t") - pl.col("med")).abs().median().over(key).alias("mad"),
+                       pl.col("t").min().over(key).alias("lo"))
     scale = pl.max_horizontal(1.4826 * pl.col("mad"), rel_floor * pl.col("med"), pl.lit(1e-12))
+    # a pair: the slower against the faster (its "median" for the message and the ratio)
+    r = r.with_columns(pl.when(pair).then(pl.col("lo")).otherwise(pl.col("med")).alias("med"))
     r = r.with_columns((pl.col("t") / pl.col("med")).alias("ratio"), ((pl.col("t") - pl.col("med")) / scale).alias("z"))
-    r = r.with_columns(((pl.col("ratio") >= ratio) & (pl.col("z") >= min_z)).alias("flag"))
+    r = r.with_columns(pl.when(pair).then(pl.col("ratio") >= pair_ratio)
+                       .otherwise((pl.col("ratio") >= ratio) & (pl.col("z") >= min_z)).alias("flag"))
     r = r.with_columns(pl.col("flag").sum().over(key).alias("nflag"))
     # one rank alone: several slow ranks in a step are a slow node or imbalance, for the windowed verdicts
     hit = (r.filter(pl.col("flag") & (pl.col("nflag") == 1))
            .sort(["gt", "step"])
            .with_columns(pl.int_range(pl.len()).over(["job_id", "rule_id", "host", "rank"]).alias("i")))
-    hit = hit.filter((pl.col("i") >= 1) | (pl.col("ratio") >= single_ratio))
+    hit = hit.filter((pl.col("i") >= 1) | ((pl.col("ratio") >= single_ratio) & (pl.col("n") > 2)))
     if hit.is_empty():
         return []
     rows = []
@@ -239,10 +249,14 @@ def progress_outliers(findings: pl.DataFrame, ctx: DetectContext, ratio: float, 
         seen = "one step" if top["i"] == 0 else f"{top['i'] + 1} steps"
         rows.append({"time_ns": _t(top["gt"]), "host": None, "job_id": job, "rank": int(top["rank"]),
                      "category": "straggler", "severity": "low", "role": "cause", "action": "investigate",
-                     "message": (f"{who} slower than the other ranks: {top['t']:.3f} s vs the median {top['med']:.3f} s "
-                                 f"at step {top['step']} ({top['ratio']:.2f}x, robust z {min(top['z'], 999):.1f}; "
-                                 f"an outlier in {seen} of {top['rule_id']}) — a straggler to investigate (a slow GPU "
-                                 "or node, or imbalance; too few steps to show it persists)"),
+                     "message": ((f"{who} slower than the other rank: {top['t']:.3f} s vs {top['med']:.3f} s "
+                                  f"at step {top['step']} ({top['ratio']:.2f}x; slower in {seen} of {top['rule_id']})"
+                                  if top["n"] == 2 else
+                                  f"{who} slower than the other ranks: {top['t']:.3f} s vs the median {top['med']:.3f} s "
+                                  f"at step {top['step']} ({top['ratio']:.2f}x, robust z {min(top['z'], 999):.1f}; "
+                                  f"an outlier in {seen} of {top['rule_id']})")
+                                 + " — a straggler to investigate (a slow GPU or node, or imbalance; too few steps to "
+                                 "show it persists)"),
                      "detail": {"kind": "rank_outlier", "rank": int(top["rank"]), "host": top["host"],
                                 "step": int(top["step"]), "ratio": round(float(top["ratio"]), 4),
                                 "steps": int(top["i"]) + 1}})

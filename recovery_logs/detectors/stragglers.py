@@ -102,6 +102,7 @@ class StragglerDetector:
     outlier_min_ranks: int = 3
     outlier_single_ratio: float = 1.5
     outlier_steps: int = 5
+    outlier_pair_ratio: float = 1.5
     name: str = "straggler"
 
     def window_scores(self, findings: pl.DataFrame, ctx: DetectContext) -> tuple[pl.DataFrame, pl.DataFrame]:
@@ -516,7 +517,7 @@ def rank_outliers(det: StragglerDetector, findings: pl.DataFrame, ctx: DetectCon
                                 det.outlier_min_ranks)
     return rows + progress_outliers(findings, ctx, det.outlier_ratio, det.outlier_single_ratio, det.min_z,
                                     det.outlier_rel_floor, det.outlier_min_ranks, det.outlier_steps,
-                                    REPORT_RULES + LIST_RULES)
+                                    REPORT_RULES + LIST_RULES, det.outlier_pair_ratio)
 
 
 def _slowdowns(det: StragglerDetector, f: pl.DataFrame) -> list[dict]:

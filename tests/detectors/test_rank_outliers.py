@@ -136,3 +136,14 @@ def test_srun_label_and_lines_without_a_step_number(tmp_path: Path) -> None:
     assert len(got) == 1 and "rank 1" in got[0].cause
     assert run(tmp_path / "c", [f"rank {r}: {1.0 + 0.01 * r:.2f} s/it" for r in range(4)]) == []
 
+
+
+def test_two_ranks_the_slower_named_only_when_it_persists(tmp_path: Path) -> None:
+    # a pair has no median to single one out: the slower rank against the other, in two of the first steps
+    got = run(tmp_path / "a", rank_lines(slow=1, n_ranks=2, steps=3))
+    assert len(got) == 1 and kinds(got[0]) == ["investigate"]
+    assert "rank 1 slower than the other rank:" in got[0].cause
+    # one slow step of a pair is not enough, nor a pair 20 % apart
+    assert run(tmp_path / "b", rank_lines(slow=1, n_ranks=2, steps=1)) == []
+    even = [f"[rank{r}]: step {10 * (s + 1)} step_time={0.50 if r == 0 else 0.60:.3f}s" for s in range(4) for r in range(2)]
+    assert run(tmp_path / "c", even) == []
