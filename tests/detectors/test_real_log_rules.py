@@ -77,3 +77,23 @@ def test_progress_step_time_from_rates_and_phase_sums(pack) -> None:
     assert got["progress.deepspeed"][1] == pytest.approx(1 / 16.807402094161112)
     assert got["progress.rank_phase_timing"] == (120, pytest.approx(2.53775))
     assert got["progress.iter_time"] == (1631, pytest.approx(0.56194))
+
+
+def test_kernel_stall_is_the_host_unless_a_gpu_fault_is_beside_it(tmp_path: Path) -> None:
+    # torvalds/linux kernel/watchdog.c "BUG: soft lockup - CPU#%d stuck for %us! [%s:%d]"; an Xid on the same
+    # node is the more specific cause (the stall is what the driver's fault looks like from the CPU)
+    lock = "[ 5723.112233] watchdog: BUG: soft lockup - CPU#12 stuck for 22s! [python:48211]\n"
+    alone = replay_text(tmp_path / "a", lock).incidents
+    assert [(i.category, i.root_rule) for i in alone[:1]] == [("host_hardware", "host_hardware.kernel_stall")]
+    assert {a.kind for a in alone[0].actions} <= {"investigate"}
+    xid = ("[ 5720.000001] NVRM: Xid (PCI:0000:3b:00): 79, pid=48211, name=python, GPU has fallen off the bus.\n" + lock)
+    both = replay_text(tmp_path / "b", xid).incidents
+    assert both and both[0].category == "xid"
+
+
+def test_munge_failure_is_the_cluster_not_a_rejected_request(tmp_path: Path) -> None:
+    # SchedMD/slurm src/plugins/auth/munge/auth_munge.c; the client's SLURM_PROTOCOL_AUTHENTICATION_ERROR text
+    got = replay_text(tmp_path, 'sbatch: error: Munge encode failed: Failed to access "/var/run/munge/munge.socket.2": '
+                                "No such file or directory\nsbatch: error: Batch job submission failed: Protocol "
+                                "authentication error\n").incidents
+    assert got[0].root_rule == "slurm.munge_auth_failure" and {a.kind for a in got[0].actions} == {"investigate"}
