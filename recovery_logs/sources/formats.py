@@ -530,6 +530,7 @@ def _detect(path: str, head: bytes, strict: bool = False) -> tuple[str, bool]:
     if sample:
         js = [ln for ln in sample if ln.lstrip().startswith("{")]
         if len(js) * 2 >= len(sample):
+            other_json = False
             for ln in js:
                 try:
                     obj = json.loads(ln)
@@ -538,8 +539,13 @@ def _detect(path: str, head: bytes, strict: bool = False) -> tuple[str, bool]:
                 if isinstance(obj, dict):
                     if "__REALTIME_TIMESTAMP" in obj or "__CURSOR" in obj or "MESSAGE" in obj:
                         return "journald", True
-                    return "vl-jsonl", True
-            return "vl-jsonl", True
+                    if "_msg" in obj or "_time" in obj or "_stream" in obj:
+                        return "vl-jsonl", True
+                    other_json = True
+            # an application's own JSON lines (slog/zap/structlog: "time", "msg", "level" ...) carry
+            # none of VictoriaLogs' fields; read as VictoriaLogs every record would be quarantined,
+            # so they are read as a job's text lines (the rules match inside the JSON text)
+            return ("job", True) if other_json else ("vl-jsonl", True)
         n = len(sample)
         sys_hits = sum(bool(_R3164.match(s) or _R5424.match(s) or _RISO.match(s)) for s in sample)
         dm_hits = sum(bool(_RDMESG.match(s)) for s in sample)

@@ -37,6 +37,10 @@ def test_default_path_regexes(path, host, job):
     ("x.txt", b"[Sun Nov 29 14:06:00 2026] msg\n", "dmesg"),
     ("a.json", b'{"__REALTIME_TIMESTAMP":"1","MESSAGE":"m"}\n', "journald"),
     ("a.out", b'{"_time":"2026-11-29T14:06:00Z","_msg":"m"}\n', "vl-jsonl"),
+    # an application's own JSON lines (NVIDIA/NVSentinel#1475's health monitor): read as text, not as
+    # VictoriaLogs records that would all be quarantined
+    ("hm.log", b'{"time":"2026-07-10T07:38:05.415Z","level":"INFO","msg":"m","module":"syslog-health-monitor"}\n',
+     "job"),
     ("a.out", b"[rank0]:hello\nplain\n", "job"),
     ("e.parquet", b"PAR1....", "parquet"),
     ("empty.jsonl", b"", "vl-jsonl"),
