@@ -46,6 +46,13 @@ iteration  100/ 500000 | …"``, megatron/training/training.py ``training_log``)
 epfLLM/Megatron-LLM#11 paste shows; a reader that takes every indented job line for a continuation joins
 a whole run of them into one record (``iteration_indent``).
 
+The job side of an NVLink fault is either NCCL's ``unhandled cuda error`` or the CUDA runtime's contained
+error (``CUDA error: Invalid access of peer GPU memory over nvlink or a hardware error``, CUDA 12's
+``CUDA_ERROR_CONTAINED``; the corpus's ``d7-marin8934-*``), and a GPU fault's recovery verdict is written as
+the driver's Xid 154, as DCGM's health text (``GPU N requires a reset to recover from a fault. Recovery
+action: 1 (GPU_RESET).``, dcgm_errors.h) or as ``nvidia-smi -q``'s ``GPU Reset Status`` block
+(``Reset Required : Yes``) — the ``d7-*`` excerpts' families (``recovery_report``).
+
 A ``Dialect`` is drawn once per scenario run from its own random stream (so the other lines of a
 run keep their bytes); ``Dialect()`` is the wording the simulator wrote before variants existed.
 """
@@ -87,6 +94,9 @@ class Dialect:
                                        # collective timeout from this local rank` / `… from  rank N` (the first to time out)
     iteration_indent: bool = False     # Megatron's iteration line as Megatron prints it: f" [{time}]" + " iteration …",
                                        # one space before the time (epfLLM/Megatron-LLM#11 in the corpus)
+    nvlink_job_error: str = "nccl"     # nccl: `NCCL error … unhandled cuda error` | contained: CUDA's contained error
+    recovery_report: str = "xid154"    # xid154: `Xid 154, GPU recovery action changed …` | dcgm: DCGM's `Recovery
+                                       # action: 1 (GPU_RESET).` | smi: nvidia-smi -q `GPU Reset Status` block
 
     @classmethod
     def draw(cls, rng: np.random.Generator) -> Dialect:
@@ -102,7 +112,9 @@ class Dialect:
                    thermal_form=str(rng.choice(["dcgm4", "dcgm3", "smi"])),
                    oom_stack=str(rng.choice(list(OOM_STACKS))), thermal_table=coin(),
                    host_oom_seen="job" if coin() else "kernel", oom_pressure=coin(), watchdog_dump=coin(),
-                   iteration_indent=coin())
+                   iteration_indent=coin(),
+                   nvlink_job_error="contained" if coin() else "nccl",
+                   recovery_report=str(rng.choice(["xid154", "dcgm", "smi"])))
 
     def names(self) -> dict[str, object]:
         """The variants drawn for the run (for truth.json): those that differ from the default wording. A
@@ -165,6 +177,25 @@ class Dialect:
         return [f"ERROR [{4000 + gpu}:{4002 + gpu}] [[Health]] Detected a WARNING in health system Thermal: 'Detected "
                 f"{what} due to thermal violation in GPU {gpu}. Verify that the cooling on this machine is functional, "
                 "including external, thermal material interface, fans, and any other components."]
+
+    def nvlink_job_error_line(self, nccl_version: str) -> str:
+        """The exception line of the rank whose GPU lost its NVLink."""
+        if self.nvlink_job_error == "contained":
+            return "RuntimeError: CUDA error: Invalid access of peer GPU memory over nvlink or a hardware error"
+        return ("torch.distributed.DistBackendError: NCCL error in: ../torch/csrc/distributed/c10d/NCCLUtils.hpp:317, "
+                f"unhandled cuda error (run with NCCL_DEBUG=INFO for details), NCCL version {nccl_version}")
+
+    def recovery_lines(self, gpu: int, pci: str, bus: str) -> tuple[str, list[str]]:
+        """The GPU's recovery verdict (a GPU reset) after a fault: (``kern`` | ``job``, lines)."""
+        if self.recovery_report == "dcgm":   # DCGM health watch (dcgm_errors.h DCGM_FR_GPU_RECOVERY_RESET_MSG)
+            return "job", [f"ERROR [{4000 + gpu}:{4002 + gpu}] [[Health]] GPU {gpu} requires a reset to recover from a "
+                           "fault. Recovery action: 1 (GPU_RESET)."]
+        if self.recovery_report == "smi":    # nvidia-smi -q, GPU Reset Status section
+            return "job", [f"GPU 00000000:{bus}:00.0", "    GPU Reset Status",
+                           "        Reset Required                    : Yes",
+                           "        Drain and Reset Recommended       : No"]
+        return "kern", [f"NVRM: Xid (PCI:{pci}): 154, GPU recovery action changed from 0x0 (None) to 0x1 (GPU Reset "
+                        "Required)"]
 
     @staticmethod
     def oom_pressure_warning(flushes: int) -> str:

@@ -102,6 +102,17 @@ def _breadcrumb_45(s: Script, t: int, node: int, gpus: list[int], cause: int | N
                f"{s.dialect.xid_who_text(c.pid(_rank(s, node, g)))}{tail}")
 
 
+def _recovery(s: Script, t: int, node: int, gpu: int) -> None:
+    """The GPU's recovery verdict in the run's wording (Xid 154, DCGM's health text or nvidia-smi -q)."""
+    c = s.cluster
+    where, lines = s.dialect.recovery_lines(gpu, c.pci(gpu), c.pci(gpu).split(":")[1])
+    for i, line in enumerate(lines):
+        if where == "kern":
+            s.kern(t + i * 1000, node, line)
+        else:
+            s.job(t + i * 1000, node, line)
+
+
 def _hw_truth(kind: str, f: Spec, t: int, xid: int | None, actions=HW_ACTIONS, category: str = "xid", **kw) -> Fault:
     return Fault(kind=kind, category=category, culprit_node=f.node, culprit_gpu=f.gpu, node_fault=True, fault_t=t,
                  decisive_t=t, actions=actions, xid=xid, **kw)
@@ -160,8 +171,7 @@ def xid95_uncontained(s: Script, f: Spec) -> Fault:
     c, k, g = s.cluster, f.node, f.gpu
     rank = _rank(s, k, g)
     t = _xid(s, f.t, k, g, 95, f"{s.dialect.xid_who_text(c.pid(rank))}Uncontained: LTC TAG (0x2,0x0). RST: Yes, D-RST: No")
-    s.kern(f.t + 400_000_000, k, f"NVRM: Xid (PCI:{c.pci(g)}): 154, GPU recovery action changed from 0x0 (None) to "
-           "0x1 (GPU Reset Required)")
+    _recovery(s, f.t + 400_000_000, k, g)
     end = _cuda_crash(s, f.t + s.jitter(0.05, 0.3), rank, "uncorrectable ECC error encountered")
     _breadcrumb_45(s, f.t + NS, k, [x for x in range(c.gpus_per_node) if x != g][:3], 95)
     return _hw_truth("xid95_uncontained", f, t, 95, category="ecc_memory", job_end=end, progress_stop=f.t)
@@ -174,9 +184,7 @@ def xid74_nvlink(s: Script, f: Spec) -> Fault:
     link = int(s.rng.integers(0, 18))
     t = _xid(s, f.t, k, g, 74, f"{s.dialect.xid_who_text(c.pid(rank))}NVLink: fatal error detected on link {link}"
              "(0x0, 0x0, 0x10000, 0x0, 0x0, 0x0, 0x0)")
-    end = _crash(s, f.t + s.jitter(0.2, 1.0), rank, TRAIN_FRAMES,
-                 "torch.distributed.DistBackendError: NCCL error in: ../torch/csrc/distributed/c10d/NCCLUtils.hpp:317, "
-                 f"unhandled cuda error (run with NCCL_DEBUG=INFO for details), NCCL version {sc.NCCL_VERSION}")
+    end = _crash(s, f.t + s.jitter(0.2, 1.0), rank, TRAIN_FRAMES, s.dialect.nvlink_job_error_line(sc.NCCL_VERSION))
     _breadcrumb_45(s, f.t + NS, k, [x for x in range(c.gpus_per_node) if x != g], 74)
     for other in range(len(c.nodes)):   # teardown on other nodes kills their channels: solo Xid 45
         if other != k:
@@ -194,8 +202,7 @@ def xid149_nvlink5(s: Script, f: Spec) -> Fault:
         s.kern(f.t + 2_000_000, k, f"NVRM: Xid (PCI:{c.pci(peer)}): 145, RLW_SRC_TRACK  NonFatal XC0 i1 Link "
                f"{(link + 3 * peer) % 18:02d} (0x00000040 0x00000000 0x00000000 0x00000000 0x00000000 0x00000000)")
     _breadcrumb_45(s, f.t + 283_000_000, k, list(range(c.gpus_per_node)), 149)
-    s.kern(f.t + 404_000_000, k, f"NVRM: Xid (PCI:{c.pci(g)}): 154, GPU recovery action changed from 0x0 (None) to "
-           "0x1 (GPU Reset Required)")
+    _recovery(s, f.t + 404_000_000, k, g)
     end = _cuda_crash(s, f.t + s.jitter(0.3, 1.0), _rank(s, k, g), "unspecified launch failure")
     return _hw_truth("xid149_nvlink5", f, t, 149, category="nvlink", job_end=end, progress_stop=f.t)
 
@@ -209,8 +216,7 @@ def xid119_gsp(s: Script, f: Spec) -> Fault:
         ti = _xid(s, f.t + i * 6 * NS, k, g, 119, f"{s.dialect.xid_who_text(c.pid(rank))}Timeout after 6s of waiting for RPC "
                   f"response from GPU{g} GSP! Expected function 76 (GSP_RM_CONTROL) (0x20802a02 0x8).", header=i == 0)
         t = ti if t is None else t
-    s.kern(f.t + 13 * NS, k, f"NVRM: Xid (PCI:{c.pci(g)}): 154, GPU recovery action changed from 0x0 (None) to 0x1 "
-           "(GPU Reset Required)")
+    _recovery(s, f.t + 13 * NS, k, g)
     end = sc.watchdog_cascade(s, f.t, {rank})
     sc.job_end_lines(s, end, "failed")
     assert t is not None   # at least one GPU line was written

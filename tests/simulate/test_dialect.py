@@ -216,3 +216,36 @@ def test_megatron_iteration_lines_written_indented_when_drawn_and_read_one_by_on
         its = ev.filter(ev["message"].str.contains("elapsed time per iteration", literal=True))
         assert its.height == len(lines) and not its["message"].str.contains("\n", literal=True).any()
     assert seen == {True, False}
+
+
+def test_recovery_verdict_and_nvlink_job_error_are_written_as_drawn(tmp_path):
+    """``recovery_report``: the GPU-reset verdict after a GPU fault as the driver's Xid 154, DCGM's health text or
+    ``nvidia-smi -q``'s GPU Reset Status block; ``nvlink_job_error``: the NVLink fault's rank dies with NCCL's
+    unhandled cuda error or CUDA's contained error (the d7-* excerpts' families). The top incident stays the
+    fault's own category, with a GPU-level action, whichever wording was drawn."""
+    from recovery_logs.pipeline.replay import replay
+
+    d = Dialect(recovery_report="dcgm")
+    assert d.recovery_lines(3, "0000:3b:00", "3b") == ("job", [
+        "ERROR [4003:4005] [[Health]] GPU 3 requires a reset to recover from a fault. Recovery action: 1 (GPU_RESET)."])
+    assert Dialect().recovery_lines(3, "0000:3b:00", "3b") == ("kern", [
+        "NVRM: Xid (PCI:0000:3b:00): 154, GPU recovery action changed from 0x0 (None) to 0x1 (GPU Reset Required)"])
+    assert "Reset Required                    : Yes" in Dialect(recovery_report="smi").recovery_lines(0, "x", "3b")[1][2]
+    reports, errors = set(), set()
+    for seed in range(6):
+        r = simulate_one("xid95_uncontained", SimOptions(out=tmp_path / f"e{seed}", seed=seed, **SMALL))
+        form = r.truth["wording_variants"].get("recovery_report", "xid154")
+        reports.add(form)
+        text = _text(r.path)
+        assert ("): 154, GPU recovery action changed" in text) == (form == "xid154")
+        assert ("Recovery action: 1 (GPU_RESET)." in text) == (form == "dcgm")
+        assert ("    GPU Reset Status" in text) == (form == "smi")
+        top = replay([r.path], None).incidents[0]
+        assert (top.category, top.node) == ("ecc_memory", r.truth["culprit_node"])
+        n = simulate_one("xid74_nvlink", SimOptions(out=tmp_path / f"n{seed}", seed=seed, **SMALL))
+        job_error = n.truth["wording_variants"].get("nvlink_job_error", "nccl")
+        errors.add(job_error)
+        assert ("Invalid access of peer GPU memory over nvlink" in _text(n.path)) == (job_error == "contained")
+        top = replay([n.path], None).incidents[0]
+        assert (top.category, top.node) == ("nvlink", n.truth["culprit_node"])
+    assert reports == {"xid154", "dcgm", "smi"} and errors == {"nccl", "contained"}
