@@ -64,6 +64,11 @@ RE_5424 = r"^<(\d{1,3})>1 (\S+) (\S+) (\S+) (\S+) (\S+) (-|(?:\[(?:[^\]\\]|\\.)*
 # token never ends in ':' (that is the program tag).
 RE_3164 = (r"^(?:<\d{1,3}>)?([A-Z][a-z]{2}) +(\d{1,2}) (\d{2}:\d{2}:\d{2})(?:\.(\d{1,9}))? "
            r"(?:(\S*[^\s:]) )?([^\s:\[]+)(?:\[\d+\])?: ?")
+# The same header with the host present, as a one-pass regex (each byte decides the next step, no
+# backtracking: captured ~2x faster): where it matches with a host that does not end in ':', RE_3164
+# matches with the same groups (its greedy optional host takes that same first token; ``_rfc3164``)
+RE_3164_HOST = (r"^(?:<\d{1,3}>)?([A-Z][a-z]{2}) +(\d{1,2}) (\d{2}:\d{2}:\d{2})(?:\.(\d{1,9}))? "
+                r"(\S+) ([^\s:\[]+)(?:\[\d+\])?: ?")
 # rsyslog high-precision template: ISO time, host, program
 RE_ISOSYSLOG = (r"^(\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(?:\.\d{1,9})?(?:Z|[+-]\d{2}:?\d{2})) "
                 r"(\S+) ([^\s:\[]+)(?:\[\d+\])?: ?")
@@ -224,8 +229,9 @@ def parse_syslog(lines: pl.DataFrame, ctx: ParseContext) -> pl.DataFrame:
         job_id=pl.col("_sd").str.extract(RE_SD_JOB, 1),
         prog=prog,
         message=pl.when(is_a | is_b | is_c).then(raw_msg.str.replace(RE_UPTIME_PREFIX, "")).otherwise(t),
-        level=pl.when(is_a | is_b).then(pri_level_expr(t)),     # the PRI, where the line carries one
     )
+    # the PRI, where the line carries one (read only on the lines that start with one: most have none)
+    df = _on_rows(df, _mask(df, (is_a | is_b) & t.str.starts_with("<")), {"level": pri_level_expr(t)})
     # a line that is not a header but is indented is a continuation, not a bad timestamp
     df = df.with_columns(has_ts=pl.col("header") | ~t.str.contains(r"^\s")).with_columns(
         source=_program_source(pl.col("prog"), pl.col("message"), _file_kind(ctx, SourceKind.OTHER.value)),
@@ -236,8 +242,11 @@ def parse_syslog(lines: pl.DataFrame, ctx: ParseContext) -> pl.DataFrame:
 
 def _syslog_header(key: str, regex: str, ctx: ParseContext, lines: pl.DataFrame) -> pl.DataFrame:
     """One syslog header variant's columns (``_is_<key>``, ``_hdr_<key>``, ``_ts_<key>``, host, program)."""
-    g = lines.select(pl.col("text").str.extract_groups("^(" + regex[1:] + ")").alias("_g"), *(
-        [pl.col("_year"), pl.col("_roll")] if ctx.columns and key == "b" else []))
+    if key == "b":
+        g = lines.select(_rfc3164(lines["text"]).alias("_g"), *(
+            [pl.col("_year"), pl.col("_roll")] if ctx.columns else []))
+    else:
+        g = lines.select(pl.col("text").str.extract_groups("^(" + regex[1:] + ")").alias("_g"))
 
     def f(i: int) -> pl.Expr:
         return pl.col("_g").struct.field(str(i + 1))
@@ -251,6 +260,31 @@ def _syslog_header(key: str, regex: str, ctx: ParseContext, lines: pl.DataFrame)
         return g.select(_is_b=f(1).is_not_null(), _hdr_b=f(0), _ts_b=_yearless(b_dt, ctx) + _frac_ns(f(4)),
                         _h_b=f(5), _p_b=f(6))
     return g.select(_is_c=f(1).is_not_null(), _hdr_c=f(0), _ts_c=rfc3339_ns(f(1)), _h_c=f(2), _p_c=f(3))
+
+
+def _rfc3164(text: pl.Series) -> pl.Series:
+    r"""``RE_3164``'s groups (wrapped: group 1 is the whole header) of each line, as a struct.
+
+    The usual line (``Nov 29 14:00:01 gpu-n001 kernel: ...``) names its host: ``RE_3164_HOST``
+    captures it. Where that regex finds no header, or a "host" ending in ':' (``Nov 29 14:00:01
+    kernel: NVRM: ...`` has none: RE_3164 then takes ``kernel`` as the program), RE_3164 itself runs,
+    on those lines only. When RE_3164_HOST matches with a host not ending in ':', RE_3164's groups are
+    the same: both are anchored and identical up to the host; RE_3164's optional host
+    ``(\S*[^\s:]) `` is greedy and is tried first, and it can only be the whole first token (no
+    spaces in it, a space after it), which it is when that token does not end in ':'; the rest of
+    both regexes is the same."""
+    g = text.str.extract_groups("^(" + RE_3164_HOST[1:] + ")")
+    host = g.struct.field("6")
+    slow = (g.struct.field("1").is_null() | host.str.ends_with(":")).fill_null(True)
+    k = int(slow.sum())
+    if k == 0:
+        return g
+    full = text.filter(slow).str.extract_groups("^(" + RE_3164[1:] + ")")
+    if k == g.len():
+        return full
+    idx = slow.arg_true()      # (a struct Series has no scatter: field by field)
+    names = g.struct.fields
+    return pl.DataFrame([g.struct.field(n).scatter(idx, full.struct.field(n)) for n in names]).to_struct(g.name)
 
 
 # --- dmesg -------------------------------------------------------------------------------------

@@ -52,6 +52,9 @@ DETECT_BYTES = 64 * 1024
 _T = r"^Traceback \(most recent call last\):\s*$"
 _C = (r"^(?:During handling of the above exception, another exception occurred:"
       r"|The above exception was the direct cause of the following exception:)\s*$")
+# a line that starts with "Traceback" or is a chained-exception line (_C): one regex pass
+_T_OR_C = (r"^(?:Traceback|(?:During handling of the above exception, another exception occurred:"
+           r"|The above exception was the direct cause of the following exception:)\s*$)")
 
 
 def path_field(path: str, regex: str) -> str | None:
@@ -390,10 +393,10 @@ def group_records(p: pl.DataFrame, fmt: str, streams: bool = True) -> pl.DataFra
     stream of a blank line; the records are the same).
     """
     body = pl.col("body")
-    blank = body.str.strip_chars() == ""
-    ind = body.str.contains(r"^\s") & ~blank & ~pl.col("header").fill_null(False)
+    # indented and not blank (``^\s+\S``: \s and strip_chars' whitespace are both Unicode White_Space)
+    ind = body.str.contains(r"^\s+\S") & ~pl.col("header").fill_null(False)
     if fmt == "job":     # a continuation needs a traceback head, a chained-exception line or an indent
-        may = ind | body.str.starts_with("Traceback") | body.str.contains(_C)
+        may = ind | body.str.contains(_T_OR_C)
     else:                # ... an indent or an NVRM line that can continue the one before it
         may = ind | (pl.col("nvrm") & pl.col("message").str.contains(r"^NVRM: [a-z(]"))
     many = "_fid" in p.columns

@@ -14,6 +14,7 @@ from polars.testing import assert_frame_equal
 from recovery_logs.schema import SourceKind
 from recovery_logs.sources.formats import (
     RE_3164,
+    RE_3164_HOST,
     RE_5424,
     RE_GLOG,
     RE_ISO_LEAD,
@@ -26,6 +27,7 @@ from recovery_logs.sources.formats import (
     _base_cols,
     _file_kind,
     _program_source,
+    _rfc3164,
     _year,
     _yearless,
     naive_to_utc_ns,
@@ -55,6 +57,9 @@ JOB = [
     "During handling of the above exception, another exception occurred:",
     "",
     "    indented continuation",
+    "   ",
+    "\u00a0\u2003indented by a no-break space and an em space",
+    "\t\u00a0",
     "E1399 99:99:99.1 bad glog date",
     "[I1129 14:00:06.123456789] glog time in brackets, nine fraction digits",
     "F1129 14:00:07 glog time without a fraction",
@@ -78,6 +83,11 @@ SYSLOG = [
     "   indented syslog continuation",
     "",
     "Feb 30 10:00:00 gpu-n001 kernel: impossible date",
+    "Nov 29 14:00:01 2001:db8::1 sshd[12]: an IPv6 host",
+    "Nov 29 14:00:01 gpu-n001 a:b: a program tag with a colon in it",
+    "Nov 29 14:00:01 gpu-n001 prog:no space after the tag",
+    "Nov 29 14:00:01 gpu-n001: prog: a host token ending in a colon",
+    "Nov  1 14:00:01 gpu-n001 p[x]: a pid that is not a number",
     "garbage without a header",
 ]
 
@@ -213,3 +223,18 @@ def test_many_files_parse_and_group_as_the_full_rules(rows: list[tuple[int, str]
     assert_frame_equal(cheap.select(records), full.select(records))
     kept = ~pl.col("drop")
     assert_frame_equal(cheap.filter(kept).select("gfirst"), full.filter(kept).select("gfirst"))
+
+
+_HEAD = st.text(alphabet="ab:[]1 .<>6", max_size=12)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from(["", "<6>", "<13>"]), st.sampled_from(["Nov 29", "Nov  1", "Nov 1", "Feb 30"]),
+                          st.sampled_from(["14:00:01", "14:00:01.25", "14:00"]), _HEAD, _HEAD), max_size=30))
+def test_rfc3164_one_pass_regex_gives_the_groups_of_re_3164(parts: list[tuple[str, str, str, str, str]]) -> None:
+    """``_rfc3164`` (RE_3164_HOST where it can decide, RE_3164 on the rest) = RE_3164 on every
+    line: hosts and program tags made of letters, digits, ':', '[', ']', '.', '<', '>' and spaces."""
+    texts = [f"{pri}{day} {hms} {a} {b}: msg" for pri, day, hms, a, b in parts]
+    s = pl.Series("text", texts, dtype=pl.String)
+    assert RE_3164_HOST.startswith("^")
+    assert_frame_equal(_rfc3164(s).struct.unnest(), s.str.extract_groups("^(" + RE_3164[1:] + ")").struct.unnest())
