@@ -384,10 +384,16 @@ def iter_batches(paths: Sequence[str | Path], opts: ReadOptions = DEFAULT_OPTION
                 yield _unreadable(fp, exc, collections.Counter(files=1))
                 continue
             try:
+                small = min(SMALL_FILE_BYTES, _chunk_bytes(opts))
                 try:
                     st = os.stat(fp)
                     mtime_ns = st.st_mtime_ns
-                    head = _read(fh, DETECT_BYTES, fp, 1)
+                    # a small plain file is read in one call (the head, then the rest, would copy it
+                    # once more when joined); the rest is still read if it grew since the stat
+                    whole = (not gz and stat.S_ISREG(st.st_mode) and DETECT_BYTES < st.st_size < small
+                             and not fp.name.lower().endswith(".parquet"))
+                    first = st.st_size + 1 if whole else DETECT_BYTES
+                    head = _read(fh, first, fp, 1)
                 except OSError as exc:
                     raise InputError(f"input: cannot read the file ({exc.strerror or exc})", path=str(fp)) from exc
                 # Parquet is known from its head; a text format is detected below, over the data read
@@ -409,8 +415,7 @@ def iter_batches(paths: Sequence[str | Path], opts: ReadOptions = DEFAULT_OPTION
                     raise InputError(f"input: unknown format {fmt!r}", path=str(fp))
                 # whole and small: parsed with the other small files
                 data = head
-                small = min(SMALL_FILE_BYTES, _chunk_bytes(opts))
-                if len(head) == DETECT_BYTES:
+                if len(head) == first:
                     data = head + _read(fh, small + 1 - len(head), fp, None)
                 if gz and fh.error and not data:
                     raise InputError(f"input: {fh.error}", path=str(fp), line=1)

@@ -88,9 +88,11 @@ def _file_table(files: Sequence[WholeFile], opts: ReadOptions) -> pl.DataFrame:
 def _lines(files: Sequence[WholeFile], stats: collections.Counter, quar: list[pl.DataFrame]) -> pl.DataFrame:
     """(_fid, lineno, text) of every line of every file, as ``TextParser._split`` makes them."""
     blobs: list[bytes | None] = []
-    for f in files:
+    ends_nl: list[bool] = []   # the file's last line ends in "\n": the empty piece split leaves after it is dropped
+    for f in files:             # (not cut off the bytes here: that would copy every file once more)
         d = f.data
-        blobs.append(None if not d else d[:-1] if d.endswith(b"\n") else d)
+        blobs.append(d if d else None)
+        ends_nl.append(d.endswith(b"\n"))
         stats["bytes"] += len(d)
     try:     # valid UTF-8 (the usual case): Arrow validates it without Python strings
         text = pl.Series("text", blobs, dtype=pl.Binary).cast(pl.String)
@@ -110,9 +112,11 @@ def _lines(files: Sequence[WholeFile], stats: collections.Counter, quar: list[pl
         text = pl.Series("text", vals, dtype=pl.String)
     # line numbers from each file's number of lines (files are contiguous, in order): no per-file
     # window, and no second pass over the bytes to count newlines
-    df = (pl.DataFrame({"_fid": pl.int_range(0, len(blobs), eager=True, dtype=pl.Int64), "text": text})
+    pieces = pl.col("text").str.split("\n")
+    df = (pl.DataFrame({"_fid": pl.int_range(0, len(blobs), eager=True, dtype=pl.Int64), "text": text,
+                        "_nl": pl.Series(ends_nl, dtype=pl.UInt32)})
           .filter(pl.col("text").is_not_null())
-          .with_columns(pl.col("text").str.split("\n")))
+          .select("_fid", text=pieces.list.head(pieces.list.len() - pl.col("_nl"))))
     lineno = df.select(pl.int_ranges(1, pl.col("text").list.len().cast(pl.Int64) + 1, dtype=pl.Int64)).to_series()
     df = df.explode("text").with_columns(lineno.explode().alias("lineno"))
     if any(b"\r" in b for b in blobs if b is not None):

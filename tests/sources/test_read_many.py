@@ -117,3 +117,40 @@ def test_groups_parsed_ahead_give_the_same_batches(tmp_path):
         assert_frame_equal(x.quarantine, y.quarantine)
         assert x.stats == y.stats
     assert sum(x.stats["duplicates"] for x in a) > 0 and sum(x.stats["unreadable"] for x in a) == 1
+
+
+def test_files_with_and_without_a_last_newline_equal_each_alone():
+    """The last line's "\\n" is not cut off the bytes: the empty piece after it is dropped instead."""
+    line = b"Nov 29 10:00:00 gpu-n01 kernel: [1.0] eth0: link up"
+    datas = [b"", b"\n", b"\n\n", line, line + b"\n", line + b"\r\n", line + b"\n" + line, line + b"\n\n", b"\r\n"]
+    files = [WholeFile(f"n{i}/kern.log", d, 1_795_948_020_000_000_000, "syslog") for i, d in enumerate(datas)]
+    _check(files, ReadOptions(year=2026))
+
+
+def test_a_small_file_that_grew_after_its_stat_is_read_whole(tmp_path, monkeypatch):
+    """A small file is read in one call of its stat size + 1; if it is longer by then, the rest is
+    read as before (up to the small-file limit)."""
+    from recovery_logs.sources import files as files_mod
+
+    p = tmp_path / "nodes" / "gpu-n01" / "kern.log"
+    p.parent.mkdir(parents=True)
+    lines = [f"Nov 29 10:{i // 60:02d}:{i % 60:02d} gpu-n01 kernel: [{i}.0] eth0: link up {'x' * 40}" for i in range(3000)]
+    p.write_text("\n".join(lines) + "\n")
+    want = pl.concat([b.events for b in iter_batches([p], ReadOptions(year=2026))])
+    size = p.stat().st_size
+    assert 2 * 65536 < size < 8 << 20       # half of it is still above the detection head: read in one call
+    real = os.stat
+
+    class Shorter:
+        def __init__(self, st: os.stat_result) -> None:
+            self._st = st
+            self.st_size = st.st_size // 2      # the file "grew" by half between the stat and the read
+
+        def __getattr__(self, name: str):
+            return getattr(self._st, name)
+
+    monkeypatch.setattr(files_mod.os, "stat", lambda f, *a, **k: Shorter(real(f, *a, **k)) if str(f) == str(p)
+                        else real(f, *a, **k))
+    got = pl.concat([b.events for b in iter_batches([p], ReadOptions(year=2026))])
+    assert got.height == len(lines)
+    assert_frame_equal(got, want)
