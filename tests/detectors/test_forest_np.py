@@ -128,3 +128,23 @@ def test_repeated_rows_are_scored_once_and_as_alone():
     assert len(first) <= len(rows) and list(first) == sorted(first)
     alone = np.concatenate([f.score_samples(m[i:i + 1]) for i in range(len(m))])
     assert np.array_equal(f.score_samples(m).view(np.int64), alone.view(np.int64))
+
+
+def test_leaves_are_each_trees_walk_nan_going_right(shipped):
+    """Every (row, tree) path ends at the leaf a plain walk of that tree reaches (``x <= threshold``
+    left, else right; NaN compares false and goes right), rows with NaN and ones on thresholds included."""
+    f = NumpyForest(compile_forest(shipped.forest_))
+    rng = np.random.default_rng(11)
+    lo = np.nan_to_num(np.asarray(shipped.feature_lo_), neginf=-5.0)
+    hi = np.nan_to_num(np.asarray(shipped.feature_hi_), posinf=50.0)
+    x = (lo + (hi - lo) * rng.uniform(-0.5, 1.5, size=(60, len(lo)))).astype(np.float32)
+    x[::5] = np.round(x[::5])
+    x[::3, rng.integers(0, len(lo))] = np.nan
+    leaves = f._leaves(x)
+    assert leaves.shape == (60, len(f._roots))
+    for r in range(x.shape[0]):
+        for t, root in enumerate(f._roots):
+            node = int(root)
+            while f._inner[node]:
+                node = int(f._left[node] if x[r, f._col[node]] <= f._threshold[node] else f._right[node])
+            assert leaves[r, t] == node
