@@ -23,13 +23,12 @@ import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from fleet_scale import CHILD  # noqa: E402  (the benchmark's child script, one source of truth)
+from fleet_scale import child_argv  # noqa: E402  (the benchmark's child script and its arguments, one source of truth)
 
 
 def run(tree: Path, src: str, out: Path) -> dict:
     env = {**os.environ, "POLARS_MAX_THREADS": os.environ.get("POLARS_MAX_THREADS", "2")}
-    p = subprocess.run([sys.executable, "-c", CHILD, "one", str(out), "0", src], capture_output=True, text=True,
-                       cwd=tree, env=env, check=False)
+    p = subprocess.run(child_argv("one", [src], out), capture_output=True, text=True, cwd=tree, env=env, check=False)
     if p.returncode != 0:
         raise SystemExit(f"replay in {tree} failed: {p.stderr[-3000:]}")
     return json.loads(p.stdout.strip().splitlines()[-1])
@@ -43,12 +42,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("input", help="file or directory to replay")
     a = ap.parse_args(argv)
     trees = {"old": a.old.resolve(), "new": a.new.resolve()}
+    src = str(Path(a.input).resolve())   # each run's working directory is its tree: a relative path would name that tree's copy
     res: dict[str, list[dict]] = {k: [] for k in trees}
     with tempfile.TemporaryDirectory() as tmp:
         outs = {k: Path(tmp) / f"{k}.json" for k in trees}
         for _ in range(a.rounds):
             for k, tree in trees.items():
-                r = run(tree, a.input, outs[k])
+                r = run(tree, src, outs[k])
                 res[k].append(r)
                 print(f"{k}: {r['elapsed_s']:6.1f} s wall, {r['cpu_s']:6.1f} s CPU, peak RSS {r['peak_rss_mb']:6.0f} MB, "
                       f"{r['lines']:,} lines, {r['incidents']} incidents; load {os.getloadavg()[0]:.1f}", flush=True)

@@ -98,11 +98,17 @@ print(json.dumps({"elapsed_s": el, "cpu_s": ru.ru_utime + ru.ru_stime,
 """
 
 
+def child_argv(mode: str, paths: list[str], out: Path, compact: int = 0, limit_mb: float = 0,
+               bin_mb: float = 0) -> list[str]:
+    """The command line of one ``CHILD`` run: the one place that knows its positional arguments
+    (``compare_trees.py`` builds its runs with it too)."""
+    return [sys.executable, "-c", CHILD, mode, str(out), str(compact), str(limit_mb), str(bin_mb), *paths]
+
+
 def run_child(mode: str, paths: list[str], out: Path, compact: int = 0, limit_mb: float = 0,
               bin_mb: float = 0) -> dict:
     env = {**os.environ, "POLARS_MAX_THREADS": os.environ.get("POLARS_MAX_THREADS", "2")}
-    p = subprocess.run([sys.executable, "-c", CHILD, mode, str(out), str(compact), str(limit_mb), str(bin_mb),
-                        *paths],
+    p = subprocess.run(child_argv(mode, paths, out, compact, limit_mb, bin_mb),
                        capture_output=True, text=True, check=False, env=env)
     last = (p.stdout.strip().splitlines() or [""])[-1]
     if p.returncode == 3 and last.startswith("{"):
