@@ -7,6 +7,7 @@ import json
 import sys
 import time
 
+import polars as pl
 import pytest
 from polars.testing import assert_frame_equal
 
@@ -211,7 +212,10 @@ def test_exports_are_asked_uncompressed_gzip_on_request(real_vl):
     assert bodies[0] == bodies[1] and bodies[0].count(b"\n") == 2000
 
 
-def _stream_ids_read(client: VictoriaLogsClient, lo: int, hi: int) -> tuple[dict[tuple[str, str], str], list[str]]:
+def _stream_ids_read(client: VictoriaLogsClient, lo: int, hi: int, seen: list[pl.DataFrame] | None = None
+                     ) -> tuple[dict[tuple[str, str], str], list[str]]:
+    """(message, time) -> stream id of the events read, and the exports sent. ``seen``: read with a
+    pool-side ``select`` keeping the rows with an even pid; the frames it saw are appended."""
     sent: list[str] = []
     orig = client.query_bytes
 
@@ -219,9 +223,15 @@ def _stream_ids_read(client: VictoriaLogsClient, lo: int, hi: int) -> tuple[dict
         sent.append(q)
         return orig(q, *a, **k)
 
+    def select(df: pl.DataFrame) -> tuple[pl.DataFrame, int]:
+        assert seen is not None
+        seen.append(df)
+        return df.filter(pl.col("_msg").str.extract(r"pid=(\d+)", 1).cast(pl.Int64) % 2 == 0), df.height
+
     client.query_bytes = rec      # type: ignore[method-assign]
     got = {}
-    for b in history_batches_fast(client, "*", lo, hi, ReadOptions(dedupe=False), slice_rows=300):
+    extra = {"select": select, "on_select": lambda n: None} if seen is not None else {}
+    for b in history_batches_fast(client, "*", lo, hi, ReadOptions(dedupe=seen is not None), slice_rows=300, **extra):
         for r in b.events.select("time", "message", "stream_id").iter_rows():
             got[(r[1], r[0].isoformat())] = r[2]
     exports = [q for q in sent if "| fields" in q and "stats" not in q]
@@ -244,6 +254,14 @@ def test_replay_export_leaves_stream_id_out_and_joins_it_back(real_vl):
     got, exports = _stream_ids_read(client, t0 - NS, t0 + 5 * NS)
     assert len(got) == 900 and {m: s for (m, _), s in got.items()} == truth
     assert len(set(truth.values())) == 9                 # 3 hosts x (2 units + none)
+    assert exports and all("_stream_id" not in q.split("| fields", 1)[1] for q in exports)
+    # a selection in the export pool sees every row without the id, its identity (``__id``) from
+    # the stream fields; the rows it keeps get the server's id
+    seen: list[pl.DataFrame] = []
+    kept, exports = _stream_ids_read(VictoriaLogsClient(real_vl.url), t0 - NS, t0 + 5 * NS, seen)
+    assert sum(d.height for d in seen) == 900 and all("_stream_id" not in d.columns and "__id" in d.columns for d in seen)
+    assert pl.concat(d.select("__id") for d in seen)["__id"].n_unique() == 900
+    assert len(kept) == 450 and {m: s for (m, _), s in kept.items()} == {m: truth[m] for m, _ in kept}
     assert exports and all("_stream_id" not in q.split("| fields", 1)[1] for q in exports)
     # the same unit value as a plain field of a host-only stream: (host, unit) no longer names the stream
     t1 = t0 + 10 * NS
