@@ -515,14 +515,28 @@ class VLPoller:
         return out
 
     def _consolidate(self) -> None:
-        if self._store_parts:
-            self._store = pl.concat([self._store, *self._store_parts]).group_by(
-                ["fb", "kind", "host", "job_id", "step"]).agg(
-                pl.col("lines").sum(), pl.col("first").min(), pl.col("last").max()).select(list(_STORE_SCHEMA)).cast(
-                _HELD_SCHEMA)
-            self._store_parts = []
-        if self.complete_ns is not None:
-            self._store = self._store.filter(pl.col("fb") >= (self.complete_ns - self.store_ns) // self.ledger.bucket_ns)
+        """The parts since the last call summed into the store, and buckets past ``store_s``
+        dropped. Only the store's buckets from the parts' first one on are summed again with them
+        (the parts are mostly the newest buckets: at 50 k lines/s regrouping the whole 11-min
+        store every 10 polls was a step of its own), and the old buckets are cut only once they
+        are half a minute's worth (each cut copies the store)."""
+        key = ["fb", "kind", "host", "job_id", "step"]
+        parts = pl.concat(self._store_parts) if self._store_parts else None
+        self._store_parts = []
+        if parts is not None and parts.height:
+            fb0: int = parts.select(pl.col("fb").min()).item()
+            store = self._store
+            if store.height and store.select(pl.col("fb").max()).item() >= fb0:
+                parts = pl.concat([store.filter(pl.col("fb") >= fb0), parts])
+                store = store.filter(pl.col("fb") < fb0)
+            summed = parts.group_by(key).agg(pl.col("lines").sum(), pl.col("first").min(), pl.col("last").max())
+            self._store = pl.concat([store, summed.select(list(_STORE_SCHEMA)).cast(_HELD_SCHEMA)])
+        if self.complete_ns is not None and self._store.height:
+            fine = self.ledger.bucket_ns
+            cut = (self.complete_ns - self.store_ns) // fine
+            low: int = self._store.select(pl.col("fb").min()).item()
+            if low < cut - max(1, 30 * NS // fine):
+                self._store = self._store.filter(pl.col("fb") >= cut)
 
     def _reread_changed(self, lo: int, hi: int, out: list[tuple[int, dict[str, str]]]) -> None:
         """A coarse bucket whose count changed: the server's counts per fine bucket there (a

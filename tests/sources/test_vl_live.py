@@ -36,7 +36,7 @@ def test_count_store_is_held_compact_and_reads_back_the_same():
 
     def part(k: int) -> pl.DataFrame:
         n = 6000
-        return pl.DataFrame({"fb": [i // 600 for i in range(n)], "kind": ["" if i % 3 else "progress.step_loss"
+        return pl.DataFrame({"fb": [i // 200 for i in range(n)], "kind": ["" if i % 3 else "progress.step_loss"
                                                                         for i in range(n)],
                              "host": [f"gpu-n{i % 64}" for i in range(n)], "job_id": ["184499"] * n,
                              "step": [None if i % 3 else i // 8 for i in range(n)], "lines": [k + i % 5 for i in range(n)],
@@ -45,10 +45,23 @@ def test_count_store_is_held_compact_and_reads_back_the_same():
 
     p = VLPoller(_NoServer(), "*", reconcile=False)
     parts = [part(k) for k in range(3)]
-    p._store_parts = [_held(x) for x in parts]
+    p._store_parts = [_held(x) for x in parts[:2]]
+    p._consolidate()
+    # later parts: newer buckets and (a re-read) buckets the store has; only those are summed again
+    parts.append(part(3).with_columns(pl.col("fb") + 5))
+    p._store_parts = [_held(parts[2]), _held(parts[3])]
     p._consolidate()
     key = ["fb", "kind", "host", "job_id", "step"]
     want = pl.concat(parts).group_by(key).agg(pl.col("lines").sum(), pl.col("first").min(), pl.col("last").max())
     assert dict(p._store.schema)["host"] == pl.Categorical() and p._store.schema["lines"] == pl.Int32()
     assert_frame_equal(_plain(p._store).sort(key), want.select(list(_STORE_SCHEMA)).sort(key))
     assert p._store.estimated_size() <= 49 * p._store.height < want.estimated_size()
+    # buckets past store_s are cut once they are half a minute's worth (each cut copies the store)
+    fine = p.ledger.bucket_ns
+    p.complete_ns = p.store_ns + 10 * fine       # 10 buckets past store_s: kept for now
+    p._consolidate()
+    assert p._store.height == want.height
+    p.complete_ns = p.store_ns + 20 * fine       # 20 past, more than 30 s (15 buckets): cut to the 20th on
+    p._consolidate()
+    assert p._store["fb"].min() == 20
+    assert_frame_equal(_plain(p._store).sort(key), want.filter(pl.col("fb") >= 20).select(list(_STORE_SCHEMA)).sort(key))
