@@ -160,6 +160,7 @@ def _stream_identity(df: pl.DataFrame, smap: tuple[tuple[str, ...], pl.DataFrame
         known = m.select(pl.struct(pl.col(f) for f in fields).hash(seed=13).alias("k"))["k"]
         if df.height and not df.select(key.is_in(known.implode()).all()).item():
             return None
+    df = df.drop("_stream_id", strict=False)      # (a null column where the parse filled in the reader's fields)
     if not with_id:
         return df
     return df.with_columns(pl.struct([*vals, pl.col("_time"), pl.col("rank"), pl.col("_msg")]).hash(seed=5)
