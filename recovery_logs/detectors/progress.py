@@ -66,14 +66,12 @@ def time_seq_order(df: pl.DataFrame, key: str = "time") -> pl.Series:
     made of single-column stable sorts (least significant key first): the same order, ties and
     nulls included, at a fraction of the cost of a two-column sort (on a fleet hour's 645 k progress
     rows, 0.03 s instead of 0.22 s). When ``seq`` already ascends without a null (rows held in the
-    order they were read) one stable sort by ``key`` gives it."""
+    order they were read) one stable sort by ``key`` gives it; otherwise Polars' own two-column sort
+    (two single-column passes were 5x slower than it there)."""
     seq = df.get_column("seq")
     if seq.null_count() == 0 and seq.is_sorted():
         return df.select(pl.arg_sort_by([key], nulls_last=True, maintain_order=True)).to_series()
-    by_seq = df.select(pl.arg_sort_by(["seq"], nulls_last=True, maintain_order=True)).to_series()
-    then = (df.get_column(key).gather(by_seq).to_frame()
-            .select(pl.arg_sort_by([key], nulls_last=True, maintain_order=True)).to_series())
-    return by_seq.gather(then)
+    return df.select(pl.arg_sort_by([key, "seq"], nulls_last=True, maintain_order=True)).to_series()
 
 
 def empty_progress() -> pl.DataFrame:

@@ -82,11 +82,9 @@ class ProgressStore:
              .filter(pl.col("job_id").is_not_null() & pl.col("t").is_not_null()))
         if p.height == 0:
             return
-        # each job's rows in (t, seq) order: with seq ascending and never null (rows as read), one
-        # stable sort by t, the job's rows then taken in frame order by ``over``; the text is gathered
-        # for the few rows kept only
-        seq = p.get_column("seq")
-        p = p[time_seq_order(p, "t")] if seq.null_count() == 0 and seq.is_sorted() else p.sort(["job_id", "t", "seq"])
+        # the rows in (t, seq) order, so each job's rows, taken in frame order by ``over``, are in that
+        # order too; the text is gathered for the few rows kept only
+        p = p[time_seq_order(p, "t")]
         prev = pl.col("t").shift(1).over("job_id")
         first = pl.int_range(pl.len()).over("job_id") == 0
         last = pl.col("job_id").replace_strict(self._last, default=None, return_dtype=pl.Int64) if self._last \
