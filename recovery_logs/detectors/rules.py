@@ -249,8 +249,9 @@ def _classify_xid(ext: pl.DataFrame, pack: RulePack) -> pl.DataFrame:
 
 
 def _classify_xid_rows(ext: pl.DataFrame, pack: RulePack) -> pl.DataFrame:
-    is_xid = (pl.col("category") == "xid") & pl.col("xid").is_not_null()
-    codes = ext.filter(is_xid)["xid"].unique().drop_nulls().to_list()
+    """Rows that are all XID findings (category ``xid``, code set; :func:`_classify_xid` picks
+    them) classified from the catalog."""
+    codes = ext["xid"].unique().drop_nulls().to_list()
     entries = [pack.xid(int(c)) for c in codes]
     cat = pl.DataFrame({
         "xid": [e.code for e in entries], "_x_category": [e.category for e in entries],
@@ -271,36 +272,31 @@ def _classify_xid_rows(ext: pl.DataFrame, pack: RulePack) -> pl.DataFrame:
         ext = ext.with_columns(pl.lit(None, pl.Boolean).alias("_dec_fatal"), pl.lit(None, pl.Int64).alias("_status_i"))
     word = (pl.when(pl.col("_nvl_severity").str.to_lowercase().str.starts_with("non")).then(False)
             .when(pl.col("_nvl_severity").str.to_lowercase().str.contains("fatal")).then(True))
-    in_nvl5 = is_xid & pl.col("xid").is_in(list(NVLINK5_XIDS))
+    in_nvl5 = pl.col("xid").is_in(list(NVLINK5_XIDS))
     fatal = pl.when(in_nvl5).then(pl.coalesce(pl.col("_dec_fatal"), word)).otherwise(pl.col("fatal"))
     ext = ext.with_columns(fatal.alias("fatal"))
     fatal_act = pl.col("xid").replace_strict(pack.xid_fatal_actions or {0: "reset_gpu"}, default=None,
                                              return_dtype=pl.String)
     act154 = (pl.col("_recovery_action").str.replace(r"^0[xX]", "").str.to_integer(base=16, strict=False)
               .replace_strict(pack.xid154_actions or {-1: "investigate"}, default=None, return_dtype=pl.String))
-    action = (pl.when(~is_xid).then(pl.col("action"))
-              .when(in_nvl5 & pl.col("fatal").eq(True)).then(pl.coalesce(fatal_act, pl.col("_x_action")))
+    action = (pl.when(in_nvl5 & pl.col("fatal").eq(True)).then(pl.coalesce(fatal_act, pl.col("_x_action")))
               .when(in_nvl5 & pl.col("fatal").eq(False)).then(pl.lit("investigate"))
               # decode failed (unit/status not in the sheet, no Fatal/Nonfatal word): the catalog's action
               # for the code stands, never a weaker one
               .when(in_nvl5).then(pl.col("_x_action"))
               .when(pl.col("xid") == 154).then(pl.coalesce(act154, pl.col("_x_action")))
               .otherwise(pl.col("_x_action")))
-    severity = (pl.when(~is_xid).then(pl.col("severity"))
-                .when(in_nvl5 & pl.col("fatal").eq(True)).then(pl.lit("critical"))
+    severity = (pl.when(in_nvl5 & pl.col("fatal").eq(True)).then(pl.lit("critical"))
                 .when(in_nvl5 & pl.col("fatal").eq(False)).then(pl.lit("low"))
                 .otherwise(pl.col("_x_severity")))
     extra = pl.struct(pl.col("rule_id").alias("rule"), pl.col("_x_mnemonic").alias("mnemonic")).struct.json_encode()
-    detail = (pl.when(~is_xid).then(pl.col("_detail"))
-              .when(pl.col("_detail").is_null()).then(extra)
+    detail = (pl.when(pl.col("_detail").is_null()).then(extra)
               .otherwise(pl.concat_str([extra.str.strip_suffix("}"), pl.lit(","),
                                         pl.col("_detail").str.strip_prefix("{")])))
     return ext.with_columns(
         action.alias("action"), severity.alias("severity"),
-        pl.when(is_xid).then(pl.col("_x_role")).otherwise(pl.col("role")).alias("role"),
-        pl.when(is_xid).then(pl.col("_x_category")).otherwise(pl.col("category")).alias("category"),
-        pl.when(is_xid).then(pl.concat_str([pl.lit("xid."), pl.col("xid").cast(pl.String)]))
-        .otherwise(pl.col("rule_id")).alias("rule_id"),
+        pl.col("_x_role").alias("role"), pl.col("_x_category").alias("category"),
+        pl.concat_str([pl.lit("xid."), pl.col("xid").cast(pl.String)]).alias("rule_id"),
         detail.alias("detail"),
     )
 
