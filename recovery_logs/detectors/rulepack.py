@@ -115,13 +115,18 @@ class RulePack:
                 seen.setdefault(lit, None)
         return tuple(seen)
 
+    def every_line_needed(self) -> bool:
+        """A rule without literals exists: it is tried on every message (even a suppress rule), so no
+        line can be dropped (:meth:`needed_literals` is then None)."""
+        return any(not r.literals for r in self.rules)
+
     def needed_literals(self, extra: Iterable[str] = ()) -> tuple[str, ...] | None:
         """Substrings one of which every line a non-suppress rule can match contains (plus
         ``extra``), minimal (a literal containing another is dropped), sorted; ``None`` when a
         rule has no literals (every line is needed). The one derivation behind the file
         prefilter, the replay/watch selection and the LogsQL prefilter
         (``detectors.literals.needed_literals``, :meth:`logsql_prefilter`)."""
-        if any(not r.literals for r in self.rules):   # tried on every message (even a suppress rule)
+        if self.every_line_needed():
             return None
         active = [r for r in self.rules if not r.suppress]
         lits = sorted({lit for r in active for lit in r.literals} | {x for x in extra if x})

@@ -138,7 +138,7 @@ def _regex(pattern: str) -> str:
 
 def progress_summaries(pack: RulePack) -> list[ProgressSummary]:
     """The progress (rule, pattern) pairs whose lines can be summarised (see :class:`ProgressSummary`)."""
-    if any(not r.literals for r in pack.rules):     # needed_literals(pack) is None: every line is needed
+    if pack.every_line_needed():
         return []
     out = []
     for r in pack.rules:
