@@ -53,8 +53,7 @@ _T = r"^Traceback \(most recent call last\):\s*$"
 _C = (r"^(?:During handling of the above exception, another exception occurred:"
       r"|The above exception was the direct cause of the following exception:)\s*$")
 # a line that starts with "Traceback" or is a chained-exception line (_C): one regex pass
-_T_OR_C = (r"^(?:Traceback|(?:During handling of the above exception, another exception occurred:"
-           r"|The above exception was the direct cause of the following exception:)\s*$)")
+_T_OR_C = r"^(?:Traceback|" + _C[1:] + ")"
 
 
 def path_field(path: str, regex: str) -> str | None:
