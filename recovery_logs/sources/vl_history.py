@@ -240,16 +240,20 @@ def history_batches_fast(client: VictoriaLogsClient, query: str, start_ns: int, 
             if df.height == 0:
                 df = df.with_columns(pl.lit(None, pl.String).alias("_stream_id")).select(order)
             elif select is not None:
-                # the selection sees every row but keeps few: identity from the stream fields,
-                # the id joined onto the kept rows only
-                got = _stream_identity(df, smap, opts.dedupe)
+                # the selection sees every row but keeps few: identity from the stream fields
+                # (only where two rows share a time: rows with distinct times are distinct
+                # lines, see vl_local.split_frame), the id joined onto the kept rows only
+                got = (_stream_identity(df, smap, True) if opts.dedupe and df["_ts"].n_unique() < df.height
+                       else df.drop("_stream_id", strict=False))
                 if got is not None:
                     rows, extra = select(got)
                     if rows.height == 0:
                         return rows.with_columns(pl.lit(None, pl.String).alias("_stream_id")).select(order), extra
                     ided = _with_stream_ids(rows, smap, order)
-                    assert ided is not None       # every stream of the slice is in the map
-                    return ided, extra
+                    if ided is not None:
+                        return ided, extra
+                # a row whose stream the map lacks (it appeared after the map was taken):
+                # the slice exported again with _stream_id
                 df = None
             else:
                 df = _with_stream_ids(df, smap, order)

@@ -3,6 +3,8 @@ the row readers and the engine make of the same rows."""
 
 from __future__ import annotations
 
+import functools
+
 import polars as pl
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -16,7 +18,7 @@ from recovery_logs.sources.files import events_from_vl_records
 from recovery_logs.sources.formats import vl_columns
 from recovery_logs.sources.read_common import ReadOptions
 from recovery_logs.sources.vl_history import present_fields
-from recovery_logs.sources.vl_local import read_export, split_frame, step_prefix, with_ts
+from recovery_logs.sources.vl_local import LocalSplit, read_export, split_frame, step_prefix, with_ts
 from recovery_logs.timeutil import rfc3339_to_ns_expr
 from recovery_logs.windows import window_counts
 
@@ -150,3 +152,43 @@ def test_step_prefix_gives_the_whole_patterns_step(parts):
     full = df.select(pl.col("m").str.extract_groups(STEP_LOSS).struct.field("step"))["step"].to_list()
     fast = df.select(pl.col("m").str.extract(step_prefix(STEP_LOSS), 1))["m"].to_list()
     assert fast == full
+
+
+def _canon(res: tuple[pl.DataFrame, pl.DataFrame, list]) -> tuple:
+    rows, counts, prog = res
+    return (rows.sort(pl.all()).to_dicts(), counts.sort(pl.all()).to_dicts(),
+            [(spec.rule_id, pc.sort(pl.all()).to_dicts()) for spec, pc in prog])
+
+
+# the progress line is the shape of rules/progress.toml progress.step_loss's must_match example;
+# the Xid line: NVIDIA open-gpu-kernel-modules ("NVRM: Xid (PCI:...): 79, pid=..., ...")
+_MSGS = ["[rank1]: step 4 | loss 1.93 | lr 3.0e-04", "[rank1]: step 5 | loss 1.90 | lr 3.0e-04",
+         "[rank2]: step 4 | loss 1.91 | 0.52 s/step", "[rank2]: step 4 | loss 1.91 é",
+         "systemd[1]: Started Session 4 of User root.",
+         "NVRM: Xid (PCI:0000:3b:00): 79, pid=1, name=python3, GPU has fallen off the bus."]
+_HOSTS = [{"host": "gpu-n1"}, {"host": "gpu-n1.cluster.local"}, {"hostname": "gpu-n2"}, {}]
+_JOBS = [{"job_id": "184499"}, {"slurm_job_id": "77"}, {}]
+
+
+@functools.lru_cache(maxsize=1)
+def _default_split() -> LocalSplit:
+    return local_split(Engine(EngineConfig()).pack, W)
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 5), st.sampled_from(_MSGS), st.integers(0, 3), st.integers(0, 2),
+                          st.integers(0, 2), st.booleans()), min_size=0, max_size=40))
+def test_split_without_identities_equals_the_exact_split(draw):
+    """Rows with distinct times are split without an identity (plain row counts, one group-by per
+    table of integer keys); the result equals the exact split's (every row's identity, duplicates
+    counted as the readers drop them) on frames with distinct times, shared times and re-sent rows."""
+    from recovery_logs.sources.vl_local import _split_exact
+    plan = _default_split()
+    for distinct in (False, True):      # times as drawn (shared, re-sent rows) / made distinct
+        rows = [{"_time": "not a time" if bad and t == 0 else
+                 f"2026-12-01T10:0{t}:01.{k if distinct else 5:09d}Z", "_stream_id": f"s{h}", "rank": str(rank),
+                 "_msg": msg, **_HOSTS[h], **_JOBS[j]} for k, (t, msg, h, j, rank, bad) in enumerate(draw)]
+        df = with_ts(_frame(rows))
+        for opts in (ReadOptions(), ReadOptions(dedupe=False)):
+            want = _split_exact(df, plan, opts, df.columns, False)
+            assert _canon(split_frame(df, plan, opts)) == _canon(want)
