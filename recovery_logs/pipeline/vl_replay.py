@@ -24,7 +24,7 @@ from __future__ import annotations
 import collections
 import io
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from typing import Any
@@ -300,11 +300,73 @@ def absorb_progress(eng: Engine, prog: list[tuple[ProgressSpec, pl.DataFrame]], 
     return absorb_parts(eng, progress_parts(prog, {r.id: r for r in eng.pack.rules}, eng.config.window_s), seq)
 
 
-def _replay_local(client: VictoriaLogsClient, query: str, start_ns: int, end_ns: int, opts: ReplayOptions,
-                  eng: Engine, read: ReadOptions, slice_rows: int, workers: int, split: LocalSplit) -> ReplayResult:
-    """Every row of the scope exported (sliced, concurrent), selected, counted and summarised
-    here (``sources.vl_local.split_frame``, ``split``: :func:`local_split` of the engine's pack),
-    beside the export in its pool; only the needed rows become events."""
+class _Abandoned(Exception):
+    """The early export of a replay that turned out not to take the local path."""
+
+
+class _EarlyExport:
+    """``replay --source``'s export started before the engine and the local split are built (the
+    rule packs' load and literal derivation, ~0.3 s of this thread, overlap the server's first
+    slices): the export runs in a thread of its own up to its first batch, its pool's selection
+    waiting for :meth:`start` (or :meth:`abandon`)."""
+
+    def __init__(self, client: VictoriaLogsClient, query: str, start_ns: int, end_ns: int, read: ReadOptions,
+                 slice_rows: int, workers: int) -> None:
+        self._ready = threading.Event()
+        self._select: Callable[[pl.DataFrame], tuple[pl.DataFrame, Any]] | None = None
+        self._collect: Callable[[Any], None] | None = None
+        self._first: list[Any] = []
+        self._error: list[BaseException] = []
+        self._it = history_batches_fast(client, query, start_ns, end_ns, read, slice_rows=slice_rows,
+                                        workers=workers, select=self._selected, on_select=self._collected)
+        self._th = threading.Thread(target=self._run, name="vl-replay-export", daemon=True)
+        self._th.start()
+
+    def _run(self) -> None:
+        try:
+            self._first.append(next(self._it, _DONE))
+        except BaseException as exc:     # re-raised in the reading thread (or dropped: abandoned)
+            self._error.append(exc)
+
+    def _selected(self, df: pl.DataFrame) -> tuple[pl.DataFrame, Any]:     # in the export pool
+        self._ready.wait()
+        if self._select is None:
+            raise _Abandoned
+        return self._select(df)
+
+    def _collected(self, extra: Any) -> None:
+        assert self._collect is not None
+        self._collect(extra)
+
+    def start(self, select: Callable[[pl.DataFrame], tuple[pl.DataFrame, Any]], collect: Callable[[Any], None]
+              ) -> Iterator[Batch]:
+        """Let the selection run; the export's batches."""
+        self._select, self._collect = select, collect
+        self._ready.set()
+        self._th.join()
+        if self._error:
+            raise self._error[0]
+        if self._first[0] is _DONE:
+            return
+        yield self._first[0]
+        yield from self._it
+
+    def abandon(self) -> None:
+        self._ready.set()
+        self._th.join()
+        close = getattr(self._it, "close", None)     # (a generator: its pool shut down)
+        if close is not None:
+            close()
+
+
+_DONE = object()
+
+
+def _replay_local(early: _EarlyExport, query: str, opts: ReplayOptions, eng: Engine, read: ReadOptions,
+                  split: LocalSplit) -> ReplayResult:
+    """Every row of the scope exported (sliced, concurrent: ``early``), selected, counted and
+    summarised here (``sources.vl_local.split_frame``, ``split``: :func:`local_split` of the
+    engine's pack), beside the export in its pool; only the needed rows become events."""
     eng.count_lines = False
     counts: list[pl.DataFrame] = []
     parts: list[tuple[pl.DataFrame, pl.DataFrame, int]] = []
@@ -322,8 +384,7 @@ def _replay_local(client: VictoriaLogsClient, query: str, start_ns: int, end_ns:
     box = {"summarised": 0}
 
     def batches() -> Iterator[Batch]:
-        for b in history_batches_fast(client, query, start_ns, end_ns, read, slice_rows=slice_rows, workers=workers,
-                                      select=select, on_select=collect):
+        for b in early.start(select, collect):
             st = collections.Counter(b.stats)
             n = st.pop("lines", 0)
             st.pop("duplicates", None)      # counted over every line (below)
@@ -364,15 +425,22 @@ def replay_source(client: VictoriaLogsClient, query: str, start_ns: int, end_ns:
     the LogsQL push-down above (for a server far away: only the needed rows cross the network)."""
     opts = resolve_line_scores(options or ReplayOptions())
     read = opts.read or ReadOptions()
-    eng = Engine(opts.config)
     if select not in ("local", "server"):
         raise ConfigError("unknown push-down selection; use local or server", value=select)
-    if select == "local" and pushdown and not eng.config.line_scores:
-        # (the needed literals derived once, in local_split: ~0.05 s a derivation for the default packs)
-        split = local_split(eng.pack, window_us(eng.config.window_s) * 1000, progress=progress is not False)
+    if select == "local" and pushdown and not opts.config.line_scores:
+        early = _EarlyExport(client, query.strip() or "*", start_ns, end_ns, read, slice_rows, workers)
+        try:
+            eng = Engine(opts.config)
+            # (the needed literals derived once, in local_split: ~0.05 s a derivation for the default packs)
+            split = local_split(eng.pack, window_us(eng.config.window_s) * 1000, progress=progress is not False)
+        except BaseException:
+            early.abandon()
+            raise
         if split.needed is not None:
-            return _replay_local(client, query.strip() or "*", start_ns, end_ns, opts, eng, read, slice_rows,
-                                 workers, split)
+            return _replay_local(early, query.strip() or "*", opts, eng, read, split)
+        early.abandon()      # a rule without literals: every line is an engine row (below)
+    else:
+        eng = Engine(opts.config)
     plan = plan_pushdown(eng.pack, query, phrase=phrase, progress=bool(progress))
     if not pushdown or plan.fetch is None or eng.config.line_scores:   # line scores need every line's template
         return replay([], opts, batches=history_batches_fast(client, query, start_ns, end_ns, read,
