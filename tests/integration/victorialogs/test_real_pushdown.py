@@ -5,12 +5,13 @@ change nothing (they are implied), on the rule examples and on them glued to oth
 from __future__ import annotations
 
 import re
+import shutil
 import sys
 import time
 
 from recovery_logs.config import EngineConfig
 from recovery_logs.detectors.literals import needed_literals, phrase_core, word_char
-from recovery_logs.detectors.rulepack import load_packs
+from recovery_logs.detectors.rulepack import default_rules_dir, load_packs
 from recovery_logs.detectors.rules import match
 from recovery_logs.pipeline.enrich import ENRICH_LITERALS
 from recovery_logs.pipeline.replay import ReplayOptions
@@ -110,3 +111,28 @@ def test_line_scores_on_turn_the_pushdown_off(real_vl):
     off = replay_source(client, "*", now - NS, now + 30 * NS, ReplayOptions())
     assert "pushdown" not in on.summary and on.summary["events"] == 20
     assert off.summary["pushdown"]["lines_fetched"] == 0 and off.summary["events"] == 20
+
+
+def test_a_rule_without_literals_turns_the_local_selection_off(real_vl, tmp_path):
+    """A rule without literals can match any line: the export the local selection starts early
+    (before the packs are loaded) is abandoned and every row is read, as with ``pushdown=False``."""
+    rules = tmp_path / "rules"
+    shutil.copytree(default_rules_dir(), rules)
+    toml = rules / "fallback.toml"
+    text = toml.read_text()
+    at = text.index("literals = ", text.index('id = "fallback.nvlink"'))
+    toml.write_text(text[:at] + text[text.index("\n", at) + 1:])
+    assert load_packs(rules).every_line_needed()
+    now = time.time_ns() - 60 * NS
+    # the fallback rule's must_match example (NVIDIA/open-gpu-kernel-modules#1150) among plain lines
+    msgs = ["NVML:Unable to retrieve Nvlink information as all links are inActive", *(f"hello {k}" for k in range(19))]
+    real_vl.ingest([{"_time": fmt_ns(now + k * NS), "host": "h", "unit": "t", "_msg": m} for k, m in enumerate(msgs)])
+    t_end = time.monotonic() + 10
+    while len(real_vl.query("*", start="3h")) < 20 and time.monotonic() < t_end:
+        time.sleep(0.2)
+    client = VictoriaLogsClient(real_vl.url)
+    opts = ReplayOptions(config=EngineConfig(rules_dir=rules))
+    got = replay_source(client, "*", now - NS, now + 30 * NS, opts)
+    full = replay_source(client, "*", now - NS, now + 30 * NS, opts, pushdown=False)
+    assert "pushdown" not in got.summary and got.summary["events"] == 20
+    assert got.to_json() == full.to_json() and len(got.incidents) == 1
