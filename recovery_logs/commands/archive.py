@@ -25,7 +25,7 @@ def register(app: typer.Typer) -> None:
         """Read logs once and keep their events as Parquet (day=/node= partitions, zstd); replay and
         backtest read the directory back, opening only the days and nodes asked for (--since/--until/--nodes)."""
         from recovery_logs.commands._progress import ProgressBar, input_size, wanted
-        from recovery_logs.commands.replay import _read_options
+        from recovery_logs.commands._replay_run import _read_options
         from recovery_logs.sources.archive import write_archive
         from recovery_logs.sources.files import iter_batches
 

@@ -44,7 +44,7 @@ def register(app: typer.Typer) -> None:
         """Replay history under a policy (never touches a cluster): proposals per rule and action,
         budget/breaker/cooldown hits, nodes drained at once, and how many proposals were right."""
         from recovery_logs.analysis.backtest import BacktestOptions, run_backtest
-        from recovery_logs.commands.replay import _read_options
+        from recovery_logs.commands._replay_run import _read_options
         from recovery_logs.timeutil import parse_duration_s
 
         opts = BacktestOptions(spacing_s=parse_duration_s(spacing) if spacing else None, mode=mode,

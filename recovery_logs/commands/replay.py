@@ -1,71 +1,22 @@
-"""`recovery-logs replay` and `recovery-logs demo`."""
+"""`recovery-logs replay` and `recovery-logs demo`: their parameters and help, for typer.
+
+What they do is in ``commands._replay_run`` (``run_replay``, ``run_demo``), which the CLI also
+calls without typer for a plain command line."""
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 from typing import Annotated
 
 import typer
 
-DEFAULT_DEMO = "xid79_nccl_cascade"
+from recovery_logs.commands import _replay_run as _run
+from recovery_logs.commands._replay_run import DEFAULT_DEMO
 
 
-def _read_options(fmt: str, host: str | None, job: str | None, year: int | None, boot_time: str | None,
-                  line_formats: tuple = (), since: str | None = None, until: str | None = None,
-                  nodes: str | None = None):
-    from recovery_logs.errors import ConfigError
-    from recovery_logs.sources.files import ReadOptions
-    from recovery_logs.timeutil import iso_to_ns
-
-    formats = {"auto", "vl-jsonl", "journald", "syslog", "dmesg", "job", "parquet"}
-    if fmt not in formats:
-        raise ConfigError("unknown --format", value=fmt, known=sorted(formats))
-    boot_ns = None
-    if boot_time:
-        try:
-            boot_ns = iso_to_ns(boot_time)
-        except ValueError as exc:
-            raise ConfigError("--boot-time must be RFC3339", value=boot_time) from exc
-    rng: list[int | None] = []
-    for flag, v in (("--since", since), ("--until", until)):
-        try:
-            rng.append(iso_to_ns(v) if v else None)
-        except ValueError as exc:
-            raise ConfigError(f"{flag} must be RFC3339", value=v) from exc
-    node_set = frozenset(n.strip() for n in nodes.split(",") if n.strip()) if nodes else None
-    return ReadOptions(fmt=fmt, host=host, job=job, year=year, boot_time_ns=boot_ns, line_formats=line_formats,
-                       nodes=node_set, since_ns=rng[0], until_ns=rng[1])
-
-
-def _emit(res, as_json: bool, width: int | None) -> None:
-    if as_json:
-        sys.stdout.write(res.to_json() + "\n")
-        sys.stdout.flush()
-        return
-    from recovery_logs.report.terminal import terminal_report
-    from recovery_logs.textsafe import out_console
-
-    out_console(width).print(terminal_report(res))
-    if res.outputs:
-        out_console(width, stderr=True).print(
-            "wrote " + ", ".join(f"{k}: {v}" for k, v in sorted(res.outputs.items())), style="dim")
-
-
-def _partial_input_exit(res) -> None:
-    """Some input could not be read (or only in part): the report stands, the exit code says so."""
-    s = res.summary
-    if s.get("unreadable") or s.get("truncated"):
-        from rich.console import Console
-
-        from recovery_logs.errors import InputError
-
-        bad = res.quarantine.filter(res.quarantine["reason"].is_in(["unreadable", "truncated"]))
-        names = ", ".join(sorted(set(bad["file"].to_list()))[:5])
-        Console(stderr=True, highlight=False).print(
-            f"warning: {s.get('unreadable', 0)} unreadable and {s.get('truncated', 0)} truncated input file(s), "
-            f"reported in the quarantine: {names}", markup=False, soft_wrap=True)
-        raise typer.Exit(code=InputError.exit_code)
+def _done(code: int) -> None:
+    if code:
+        raise typer.Exit(code=code)
 
 
 def register(app: typer.Typer) -> None:
@@ -130,78 +81,7 @@ def register(app: typer.Typer) -> None:
             "`sacct -P` dump, or `sacct` to ask the live sacct for the replayed range")] = None,
     ) -> None:
         """Replay historical logs: ranked incidents with evidence and recorded (never executed) actions."""
-        from recovery_logs.config import load_config
-        from recovery_logs.errors import ConfigError
-        from recovery_logs.pipeline.replay import ReplayOptions, replay
-        from recovery_logs.sources.lineformat import line_formats_from_cli
-
-        cfg = load_config(config)
-        if rules_dir is not None:
-            if not rules_dir.is_dir():
-                raise ConfigError("--rules-dir is not a directory", path=str(rules_dir))
-            cfg = cfg.with_(rules_dir=rules_dir)
-        if line_scores is not None:
-            cfg = cfg.with_(line_scores=line_scores)
-        line_formats = line_formats_from_cli(line_format, time_format, config, fmt)
-        opts = _read_options(fmt, host, job, year, boot_time, line_formats, since, until, nodes)
-        from_source = False
-        if source:
-            if paths:
-                raise ConfigError("give either PATHs or --source, not both")
-            if not (start and end):
-                raise ConfigError("--source needs --start and --end")
-            from recovery_logs.commands.watch import vl_connection
-            from recovery_logs.pipeline.vl_replay import replay_source
-            from recovery_logs.sources.victorialogs import VictoriaLogsClient
-            from recovery_logs.timeutil import iso_to_ns
-
-            conn = vl_connection(source, vl_user, vl_password_file, vl_password_env, vl_token_file, vl_token_env,
-                                 vl_ca, vl_insecure, vl_account, vl_project, extra_filter)
-            if explain:
-                from recovery_logs.detectors.rulepack import load_packs
-                from recovery_logs.pipeline.vl_replay import plan_pushdown
-
-                plan = plan_pushdown(load_packs(cfg.rules_dir), query, progress=pushdown_progress)
-                lines = plan.explain() if pushdown and not cfg.line_scores else [f"fetch: {query}"]
-                if pushdown and not cfg.line_scores and select == "local":
-                    lines = [f"export (time slices): {plan.count} | fields <row fields>",
-                             "selected, counted per (host, job, window) and progress lines summarised here "
-                             "(the literals of: " + (plan.fetch or "*")[:200] + " ...)"]
-                typer.echo("\n".join([f"# {conn.url}  {start} .. {end}", *lines]))
-                return
-            client = VictoriaLogsClient(conn, read_timeout=120.0)
-            t0_ns, t1_ns = iso_to_ns(start), iso_to_ns(end)
-            from_source = True
-        elif not paths:
-            raise ConfigError("nothing to replay: give log PATHs or --source victorialogs://HOST:PORT")
-        if accounting is not None and accounting != "sacct" and not Path(accounting).is_file():
-            raise ConfigError("--accounting is neither a file nor `sacct`", path=accounting)
-        from recovery_logs.commands._progress import ProgressBar, input_size, wanted
-
-        names = [str(p) for p in paths or []]
-        on = wanted(progress)
-        with ProgressBar(on, "replay", total=input_size(names) if on and names else None) as bar:
-            ropts = ReplayOptions(read=opts, config=cfg, out_dir=out, progress=bar.stats, accounting=accounting)
-            if by_allocation:
-                if from_source or workers is not None or ray_address is not None:
-                    raise ConfigError("--by-allocation reads files in this process: not with --source, --workers "
-                                      "or --ray-address")
-                from recovery_logs.pipeline.scale import replay_by_allocation
-
-                res = replay_by_allocation(names, ropts)
-            elif workers is not None or ray_address is not None:
-                if from_source:
-                    raise ConfigError("--workers/--ray-address read files; --source is read in one process")
-                from recovery_logs.pipeline.scale import replay_sharded
-
-                res = replay_sharded(names, ropts, workers=workers, address=ray_address)
-            elif source:
-                res = replay_source(client, query, t0_ns, t1_ns, ropts, pushdown=pushdown,
-                                    progress=True if pushdown_progress else None, select=select)
-            else:
-                res = replay(names, ropts)
-        _emit(res, as_json, width)
-        _partial_input_exit(res)
+        _done(_run.run_replay(**locals()))     # every parameter, by name
 
     @app.command("demo")
     def demo_cmd(
@@ -212,19 +92,4 @@ def register(app: typer.Typer) -> None:
         width: Annotated[int | None, typer.Option("--width", help="report width (default: terminal; 200 when piped)")] = None,
     ) -> None:
         """Replay a bundled incident (default: an XID 79 that cascades into NCCL timeouts) and print the report."""
-        from recovery_logs.analysis.truth import load_truth
-        from recovery_logs.api import bundled_incident, bundled_incident_names, bundled_read_options
-        from recovery_logs.errors import ConfigError
-        from recovery_logs.pipeline.replay import ReplayOptions, replay
-
-        names = bundled_incident_names()
-        if list_:
-            for n in names:
-                truth = load_truth(bundled_incident(n)) or {}
-                typer.echo(f"{n:24s} {truth.get('fault_kind')}  culprit={truth.get('culprit_node')}")
-            return
-        if name not in names:
-            raise ConfigError("unknown bundled incident", name=name, known=names)
-        res = replay([str(bundled_incident(name))],
-                     ReplayOptions(read=bundled_read_options(name), out_dir=out))
-        _emit(res, as_json, width)
+        _done(_run.run_demo(**locals()))
