@@ -5,6 +5,7 @@
     python benchmarks/fleet_scale.py --nodes 1024 --duration 1h --jobs 8 --workers 2 --work /tmp/fleet
                                                  # a cluster's day: 8 jobs of 128 nodes, one controller log
     python benchmarks/fleet_scale.py --startup                            # replay of the bundled demo, and demo
+    python benchmarks/fleet_scale.py --startup --startup-against /tmp/old # the same alternated with another checkout
 
 The simulated logs are kept under ``--work`` (generated once). Each replay runs in a child process
 so that its peak RSS is its own; with ``--workers`` the peak is the sum of the driver's and the Ray
@@ -118,40 +119,109 @@ def run_child(mode: str, paths: list[str], out: Path, compact: int = 0, limit_mb
     return json.loads(last)
 
 
-def startup(repeat: int = 5, bytecode: bool = True) -> None:
+LAUNCH = "import sys; from recovery_logs.cli import main; sys.exit(main())"
+SPLIT_OF = ("polars", "numpy", "typer", "pydantic", "rich")    # the third-party imports the split names
+
+
+def _startup_cmd(tree: Path | None, args: list[str], env: dict[str, str]) -> tuple[list[str], dict[str, str]]:
+    """``recovery-logs ARGS`` as installed (``tree`` None: this environment's console script), or
+    with the checkout ``tree``'s ``recovery_logs`` first on the path (started from /, so that no
+    other checkout is on it)."""
+    if tree is None:
+        return [str(Path(sys.executable).with_name("recovery-logs")), *args], env
+    return [sys.executable, "-c", LAUNCH, *args], {**env, "PYTHONPATH": str(tree)}
+
+
+def _import_split(cmd: list[str], env: dict[str, str]) -> str:
+    """One run under ``-X importtime``: the time spent importing each of the big third-party
+    packages (inclusive: pydantic imported by typer counts in both) and all imports together."""
+    p = subprocess.run([cmd[0], "-X", "importtime", *cmd[1:]], capture_output=True, text=True, env=env, cwd="/",
+                       check=True)
+    rows = []
+    for line in p.stderr.splitlines():
+        parts = line.split("|")
+        if not line.startswith("import time:") or len(parts) != 3 or not parts[1].strip().isdigit():
+            continue
+        name = parts[2]
+        rows.append(((len(name) - len(name.lstrip())) // 2, name.strip(), int(parts[1]) / 1e6))
+    total = {k: 0.0 for k in SPLIT_OF}
+    everything = 0.0
+    above: list[str] = []              # the importing rows above this one (importtime prints a parent after its children)
+    for depth, name, cum in reversed(rows):
+        del above[depth:]
+        top = name.split(".")[0]
+        if depth == 0:
+            everything += cum
+        if top in total and not any(a.split(".")[0] == top for a in above):
+            total[top] += cum
+        above.append(name)
+    return ", ".join(f"{k} {v:.2f}" for k, v in total.items() if v) + f"; all imports {everything:.2f} s"
+
+
+def startup(repeat: int = 10, bytecode: bool = True, against: Path | None = None) -> None:
     """Start-up of ``replay`` of the bundled demo and of ``demo``. ``bytecode=True``: with Python's
     byte-code cache of the package's own modules, as an installed package starts (pip compiles a
     wheel's modules); ``False``: this shell's environment as it is — with
     ``PYTHONDONTWRITEBYTECODE=1`` and no ``__pycache__`` in the checkout, every start also compiles
-    the ~75 project modules it imports (~0.25 s)."""
+    the ~75 project modules it imports (~0.25 s).
+
+    ``against``: another checkout (``git worktree add /tmp/old main``); the runs alternate this
+    checkout and that one, both started the same way (``_startup_cmd``), the ratio of the medians
+    is printed, and the demo's ``replay --json`` of the two is compared byte for byte."""
     import recovery_logs
     from recovery_logs.api import bundled_incident
 
-    exe = str(Path(sys.executable).with_name("recovery-logs"))
+    here = Path(recovery_logs.__file__).resolve().parents[1]
+    trees: dict[str, Path | None] = {"installed": None} if against is None else {"this": here, "other": against}
     d = str(bundled_incident("xid79_nccl_cascade"))
     env = dict(os.environ)
     if bytecode:
         env.pop("PYTHONDONTWRITEBYTECODE", None)
-    cached = (Path(recovery_logs.__file__).parent / "__pycache__").is_dir()
+    cached = (here / "recovery_logs" / "__pycache__").is_dir()
     print(f"start-up ({'with the byte-code cache' if bytecode else 'as this shell runs it'}; "
           f"PYTHONDONTWRITEBYTECODE={env.get('PYTHONDONTWRITEBYTECODE', '')!r}, "
-          f"package __pycache__ {'present' if cached or bytecode else 'absent'}):")
-    for name, argv in (("replay of the bundled demo", [exe, "replay", d, "--year", "2026", "--width", "100"]),
-                       ("demo", [exe, "demo", "--width", "100"])):
-        times, cpus = [], []
-        subprocess.run(argv, capture_output=True, check=True, env=env)    # warm: page cache (and byte-code cache)
-        for _ in range(repeat):
-            r0 = resource.getrusage(resource.RUSAGE_CHILDREN)
-            t = time.perf_counter()
-            subprocess.run(argv, capture_output=True, check=True, env=env)
-            times.append(time.perf_counter() - t)
-            r1 = resource.getrusage(resource.RUSAGE_CHILDREN)
-            cpus.append(r1.ru_utime - r0.ru_utime + r1.ru_stime - r0.ru_stime)
+          f"package __pycache__ {'present' if cached or bytecode else 'absent'})"
+          + ("" if against is None else f"; alternating this checkout ({here}) and the other ({against})") + ":")
+    loads: list[float] = []
+    for name, args in (("replay of the bundled demo", ["replay", d, "--year", "2026", "--width", "100"]),
+                       ("demo", ["demo", "--width", "100"])):
+        times: dict[str, list[float]] = {k: [] for k in trees}
+        cpus: dict[str, list[float]] = {k: [] for k in trees}
+        cmds = {k: _startup_cmd(t, args, env) for k, t in trees.items()}
+        for cmd, e in cmds.values():
+            subprocess.run(cmd, capture_output=True, check=True, env=e, cwd="/")   # warm: page and byte-code cache
+        for i in range(repeat):
+            for k in (list(trees) if i % 2 == 0 else list(trees)[::-1]):
+                cmd, e = cmds[k]
+                r0 = resource.getrusage(resource.RUSAGE_CHILDREN)
+                t = time.perf_counter()
+                subprocess.run(cmd, capture_output=True, check=True, env=e, cwd="/")
+                times[k].append(time.perf_counter() - t)
+                r1 = resource.getrusage(resource.RUSAGE_CHILDREN)
+                cpus[k].append(r1.ru_utime - r0.ru_utime + r1.ru_stime - r0.ru_stime)
+            loads.append(os.getloadavg()[0])
         # CPU time (user + system) is what the command costs; on a loaded machine wall time also
         # counts the wait for a core
-        print(f"start-up: {name}: best {min(times):.2f} s, median {statistics.median(times):.2f} s "
-              f"({repeat} runs, wall); CPU best {min(cpus):.2f} s, median {statistics.median(cpus):.2f} s; "
-              f"load {os.getloadavg()[0]:.1f}")
+        for k in trees:
+            label = name if against is None else f"{name} [{k}]"
+            print(f"start-up: {label}: best {min(times[k]):.2f} s, median {statistics.median(times[k]):.2f} s "
+                  f"({repeat} runs, wall); CPU best {min(cpus[k]):.2f} s, median {statistics.median(cpus[k]):.2f} s; "
+                  f"load {os.getloadavg()[0]:.1f}")
+        if against is not None:
+            print(f"start-up: {name}: this/other median wall "
+                  f"{statistics.median(times['this']) / statistics.median(times['other']):.2f}x, CPU "
+                  f"{statistics.median(cpus['this']) / statistics.median(cpus['other']):.2f}x")
+        if bytecode:
+            for k, (cmd, e) in cmds.items():
+                print(f"start-up: {name}{'' if against is None else f' [{k}]'}: import split (s, one run): "
+                      f"{_import_split(cmd, e)}")
+    print(f"start-up: load (1 min) over the runs: min {min(loads):.1f}, median {statistics.median(loads):.1f}, "
+          f"max {max(loads):.1f}")
+    if against is not None:
+        outs = [subprocess.run(_startup_cmd(t, ["replay", d, "--year", "2026", "--json"], env)[0], capture_output=True,
+                               check=True, env=_startup_cmd(t, [], env)[1], cwd="/").stdout for t in trees.values()]
+        print(f"start-up: replay --json of the demo: {'identical' if outs[0] == outs[1] else 'DIFFERENT'} "
+              f"in the two checkouts ({len(outs[0]):,} bytes)")
 
 
 SCENARIOS = ("xid79_cascade", "ib_link_down", "straggler_node", "xid48_row_remap", "nccl_net_error", "silent_hang",
@@ -218,12 +288,16 @@ def main(argv: list[str] | None = None) -> int:
                     help="stop a run whose RSS (driver + Ray) passes this (0: no limit)")
     ap.add_argument("--work", type=Path, default=Path("bench-out/fleet"))
     ap.add_argument("--startup", action="store_true", help="only the start-up measurements")
+    ap.add_argument("--startup-runs", type=int, default=10, help="--startup: runs of each command (median)")
+    ap.add_argument("--startup-against", type=Path, default=None,
+                    help="--startup: alternate with this other checkout (git worktree add /tmp/old main)")
     a = ap.parse_args(argv)
     if a.jobs > len(SCENARIOS):
         ap.error(f"--jobs: at most {len(SCENARIOS)} (one scenario each: their job ids differ)")
     if a.startup:
-        startup(bytecode=False)    # first: before this run writes a byte-code cache
-        startup(bytecode=True)
+        against = a.startup_against.resolve() if a.startup_against else None
+        startup(a.startup_runs, bytecode=False, against=against)    # first: before this run writes a byte-code cache
+        startup(a.startup_runs, bytecode=True, against=against)
         return 0
     from recovery_logs.simulate import SimOptions, simulate
     from recovery_logs.timeutil import parse_duration_s
