@@ -5,12 +5,14 @@ from __future__ import annotations
 import json
 import socket
 from collections.abc import Callable
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
-import polars as pl
 import typer
 
 from recovery_logs.errors import ConfigError
+
+if TYPE_CHECKING:      # polars only in annotations here: importing every command module (the CLI's help) stays light
+    import polars as pl
 
 
 def _victorialogs_sink(to: str) -> Callable[[pl.DataFrame], None]:

@@ -6,7 +6,6 @@ import json
 from pathlib import Path
 from typing import Annotated
 
-import polars as pl
 import typer
 
 from recovery_logs.errors import ConfigError
@@ -16,6 +15,8 @@ def train_model(data: list[Path], out: Path, seed: int = 0, contamination: float
                 features: list[str] | None = None, window: str = "60s", n_estimators: int = 200,
                 min_samples: int = 64, normal_only: bool = False) -> dict:
     """Library entry point behind the command: returns the sidecar written to ``out``."""
+    import polars as pl
+
     from recovery_logs.analysis.detector_eval import training_frame
     from recovery_logs.detectors.features import MODEL_FEATURES, PIPELINE_FEATURES
     from recovery_logs.detectors.iforest import WindowIsolationForest

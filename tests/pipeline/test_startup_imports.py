@@ -61,3 +61,14 @@ def test_help_still_goes_through_typer():
                         " print('typer' in sys.modules and 'recovery_logs.commands.replay' in sys.modules)"],
                        capture_output=True, text=True, check=True, timeout=120)
     assert "Example:" in p.stdout and p.stdout.strip().splitlines()[-1] == "True"
+
+
+def test_commands_that_need_no_engine_import_no_polars():
+    # every command module is imported to register it (help, version, approve ...): none imports polars
+    code = ("import contextlib, io, sys; from recovery_logs.cli import main\n"
+            "for argv in (['version'], ['-h'], ['approve', '-h']):\n"
+            "    with contextlib.redirect_stdout(io.StringIO()):\n"
+            "        assert main(argv) == 0, argv\n"
+            "print(sorted(m for m in ('polars', 'numpy', 'typer', 'recovery_logs.commands.train') if m in sys.modules))")
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=120)
+    assert p.stdout.strip().splitlines()[-1] == "['recovery_logs.commands.train', 'typer']"   # all registered; no polars
