@@ -1,7 +1,9 @@
 """`recovery-logs replay` and `recovery-logs demo`: their parameters and help, for typer.
 
 What they do is in ``commands._replay_run`` (``run_replay``, ``run_demo``), which the CLI also
-calls without typer for a plain command line."""
+calls without typer for a plain command line: a new option also goes into the function's signature
+and its option table there (``REPLAY_OPTIONS``, ``DEMO_OPTIONS``); tests/test_cli_direct.py fails
+until it does."""
 
 from __future__ import annotations
 
