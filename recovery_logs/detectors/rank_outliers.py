@@ -181,6 +181,26 @@ def list_report_verdicts(findings: pl.DataFrame, ctx: DetectContext, ratio: floa
     return rows
 
 
+HOST_RANK = -1     # the stand-in rank of a host's rank-less progress lines (compared host against host)
+
+
+def _hosts_as_ranks(p: pl.DataFrame, min_ranks: int) -> pl.DataFrame:
+    """Progress lines that name no rank but come from ``min_ranks``+ hosts of one job and rule (per-node
+    output gathered by syslog/journald or a parallel shell, each line naming its host): each host is one
+    "rank" (``HOST_RANK`` on that host), so a node slower than its peers is compared like a rank. Lines with a
+    rank keep it; a job whose rank-less lines come from fewer hosts is left as it was."""
+    bare = pl.col("rank_line").is_null() & pl.col("host").is_not_null()
+    if p.filter(bare).is_empty():
+        return p
+    many = (p.filter(bare).group_by(["job_id", "rule_id"]).agg(pl.col("host").n_unique().alias("_nh"))
+            .filter(pl.col("_nh") >= min_ranks).drop("_nh").with_columns(pl.lit(True).alias("_many")))
+    if many.is_empty():
+        return p
+    p = p.join(many, on=["job_id", "rule_id"], how="left", nulls_equal=True, maintain_order="left")
+    return p.with_columns(pl.when(bare & pl.col("_many").fill_null(False)).then(pl.lit(HOST_RANK))
+                          .otherwise(pl.col("rank_line")).cast(p.schema["rank_line"]).alias("rank_line")).drop("_many")
+
+
 def progress_outliers(findings: pl.DataFrame, ctx: DetectContext, ratio: float, single_ratio: float, min_z: float,
                       rel_floor: float, min_ranks: int, first_steps: int, exclude: tuple[str, ...],
                       pair_ratio: float = 0.0) -> list[dict]:
@@ -203,6 +223,7 @@ def progress_outliers(findings: pl.DataFrame, ctx: DetectContext, ratio: float, 
                  & ~pl.col("rule_id").fill_null("").str.starts_with("detector.") & ~pl.col("rule_id").is_in(list(exclude))))
     if p.is_empty():
         return []
+    p = _hosts_as_ranks(p, min_ranks)
     # a line that names no step (each rank printing "rank 3 ... 1.9 s/it"): the n-th line of a rank is
     # its n-th report, compared with the other ranks' n-th (1-based, in event order)
     nostep = p.filter(pl.col("step").is_null())
@@ -245,19 +266,23 @@ def progress_outliers(findings: pl.DataFrame, ctx: DetectContext, ratio: float, 
     for (job,), g in hit.sort(["gt", "ratio"], descending=[False, True]).group_by(["job_id"], maintain_order=True):
         top = g.row(0, named=True)
         one_host = p.filter(pl.col("job_id") == job)["host"].n_unique() == 1
-        who = f"rank {top['rank']}" + ("" if one_host else f" on {top['host']}")
+        by_host = top["rank"] == HOST_RANK
+        who = f"node {top['host']}" if by_host else f"rank {top['rank']}" + ("" if one_host else f" on {top['host']}")
+        peers = "node" if by_host else "rank"
         seen = "one step" if top["i"] == 0 else f"{top['i'] + 1} steps"
-        rows.append({"time_ns": _t(top["gt"]), "host": None, "job_id": job, "rank": int(top["rank"]),
+        rows.append({"time_ns": _t(top["gt"]), "host": None, "job_id": job,
+                     "rank": None if by_host else int(top["rank"]),
                      "category": "straggler", "severity": "low", "role": "cause", "action": "investigate",
-                     "message": ((f"{who} slower than the other rank: {top['t']:.3f} s vs {top['med']:.3f} s "
+                     "message": ((f"{who} slower than the other {peers}: {top['t']:.3f} s vs {top['med']:.3f} s "
                                   f"at step {top['step']} ({top['ratio']:.2f}x; slower in {seen} of {top['rule_id']})"
                                   if top["n"] == 2 else
-                                  f"{who} slower than the other ranks: {top['t']:.3f} s vs the median {top['med']:.3f} s "
+                                  f"{who} slower than the other {peers}s: {top['t']:.3f} s vs the median {top['med']:.3f} s "
                                   f"at step {top['step']} ({top['ratio']:.2f}x, robust z {min(top['z'], 999):.1f}; "
                                   f"an outlier in {seen} of {top['rule_id']})")
                                  + " — a straggler to investigate (a slow GPU or node, or imbalance; too few steps to "
                                  "show it persists)"),
-                     "detail": {"kind": "rank_outlier", "rank": int(top["rank"]), "host": top["host"],
+                     "detail": {"kind": "node_outlier" if by_host else "rank_outlier",
+                                "rank": None if by_host else int(top["rank"]), "host": top["host"],
                                 "step": int(top["step"]), "ratio": round(float(top["ratio"]), 4),
                                 "steps": int(top["i"]) + 1}})
     return rows
