@@ -153,6 +153,8 @@ def chunk_background(c: Cluster, tl: Timeline, rng: np.random.Generator, c0: int
             opt = np.round(ms - fwd - bwd, 2)
             body = [pl.lit(" timing: forward-compute "), pl.lit(fwd).cast(pl.String), pl.lit(" ms | backward-compute "),
                     pl.lit(bwd).cast(pl.String), pl.lit(" ms | optimizer "), pl.lit(opt).cast(pl.String), pl.lit(" ms")]
+        elif dialect.step_line == "tf":
+            body = _tf_step_body(ms, kk)
         else:
             body = [pl.lit(" step_time="), pl.lit(ms // 1000).cast(pl.String), pl.lit("."),
                     pl.lit(ms % 1000).cast(pl.String).str.zfill(3), pl.lit("s")]
@@ -199,3 +201,13 @@ def chunk_background(c: Cluster, tl: Timeline, rng: np.random.Generator, c0: int
     frames = [f.cast(ROW_SCHEMA) for f in frames if f.height]  # type: ignore[arg-type]  # polars types cast()'s keys as str | selector | dtype
     return pl.concat(frames, how="vertical") if frames else pl.DataFrame(schema=ROW_SCHEMA)
 
+
+def _tf_step_body(ms: np.ndarray, step: np.ndarray, batch: int = 64) -> list[pl.Expr]:
+    """The rest of a per-rank step line in the TensorFlow tutorials' words (tensorflow/models cifar10_train.py
+    ``'%s: step %d, loss = %.2f (%.1f examples/sec; %.3f sec/batch)'``), after ``… step N``: the loss falls
+    with the step, examples/sec is the batch over the step time."""
+    sec = np.maximum(ms, 1) / 1000.0
+    loss = np.round(4.6 * np.exp(-step / 4000.0) + 0.3, 2)
+    eps = np.round(batch / sec, 1)
+    return [pl.lit(", loss = "), pl.lit(loss).cast(pl.String), pl.lit(" ("), pl.lit(eps).cast(pl.String),
+            pl.lit(" examples/sec; "), pl.lit(np.char.mod("%.3f", sec)).cast(pl.String), pl.lit(" sec/batch)")]

@@ -59,6 +59,7 @@ run keep their bytes); ``Dialect()`` is the wording the simulator wrote before v
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass
 
 import numpy as np
@@ -97,6 +98,11 @@ class Dialect:
     nvlink_job_error: str = "nccl"     # nccl: `NCCL error … unhandled cuda error` | contained: CUDA's contained error
     recovery_report: str = "xid154"    # xid154: `Xid 154, GPU recovery action changed …` | dcgm: DCGM's `Recovery
                                        # action: 1 (GPU_RESET).` | smi: nvidia-smi -q `GPU Reset Status` block
+    thermal_exporter: str = "none"     # none: thermal_form decides | bitmask: dcgm-exporter's clock-event reasons gauge
+                                       # (`DCGM_FI_DEV_CLOCKS_EVENT_REASONS{…} 96`) | count: its per-reason event count
+                                       # (`DCGM_EXP_CLOCK_EVENTS_COUNT{…,clock_event="hw_thermal",…} N`), instead
+    step_line: str = "kv"              # per-rank step lines (rank_timing step_time): kv `step N step_time=X.XXXs` |
+                                       # tf: the TensorFlow tutorials' `step N, loss = L (E examples/sec; X sec/batch)`
 
     @classmethod
     def draw(cls, rng: np.random.Generator) -> Dialect:
@@ -114,7 +120,9 @@ class Dialect:
                    host_oom_seen="job" if coin() else "kernel", oom_pressure=coin(), watchdog_dump=coin(),
                    iteration_indent=coin(),
                    nvlink_job_error="contained" if coin() else "nccl",
-                   recovery_report=str(rng.choice(["xid154", "dcgm", "smi"])))
+                   recovery_report=str(rng.choice(["xid154", "dcgm", "smi"])),
+                   thermal_exporter=str(rng.choice(["none", "bitmask", "count"])),
+                   step_line="tf" if coin() else "kv")
 
     def names(self) -> dict[str, object]:
         """The variants drawn for the run (for truth.json): those that differ from the default wording. A
@@ -178,6 +186,26 @@ class Dialect:
                 f"{what} due to thermal violation in GPU {gpu}. Verify that the cooling on this machine is functional, "
                 "including external, thermal material interface, fans, and any other components."]
 
+    def exporter_thermal_report(self, gpu: int, host: str, k: int) -> list[str]:
+        """A hot GPU as dcgm-exporter's scrape shows it (``thermal_exporter``), the ``k``-th scrape: the clock-event
+        reasons bitmask (NVIDIA/DCGM dcgm_fields.h: 0x20 SW thermal, 0x40 HW thermal, 0x8 HW slowdown) or the
+        per-reason count over its 5-minute window (NVIDIA/dcgm-exporter#254/#261), the other GPUs at idle/none."""
+        def lab(g: int) -> str:
+            return (f'gpu="{g}",UUID="GPU-{stable_uuid(host, g)}",device="nvidia{g}",'
+                    f'modelName="NVIDIA H100 80GB HBM3",Hostname="{host}"')
+        labels = lab(gpu)
+        if self.thermal_exporter == "bitmask":
+            bits = (0x20 | 0x40, 0x20, 0x40 | 0x08)[k % 3]
+            other = lab((gpu + 1) % 8)
+            return ["# TYPE DCGM_FI_DEV_CLOCKS_EVENT_REASONS gauge",
+                    f"DCGM_FI_DEV_CLOCKS_EVENT_REASONS{{{labels}}} {bits}",
+                    f"DCGM_FI_DEV_CLOCKS_EVENT_REASONS{{{other}}} 0"]
+        window = 'window_size_in_ms="300000"'
+        return ["# TYPE DCGM_EXP_CLOCK_EVENTS_COUNT gauge",
+                f'DCGM_EXP_CLOCK_EVENTS_COUNT{{{labels},clock_event="sw_thermal",{window}}} {2 + k % 4}',
+                f'DCGM_EXP_CLOCK_EVENTS_COUNT{{{labels},clock_event="hw_thermal",{window}}} {1 + k % 2}',
+                f'DCGM_EXP_CLOCK_EVENTS_COUNT{{{labels},clock_event="power_cap",{window}}} 0']
+
     def nvlink_job_error_line(self, nccl_version: str) -> str:
         """The exception line of the rank whose GPU lost its NVLink."""
         if self.nvlink_job_error == "contained":
@@ -234,3 +262,9 @@ class Dialect:
 
 
 __all__ = ["DIAG_CELL", "OLD_CUDA_CODES", "OOM_STACKS", "Dialect"]
+
+
+def stable_uuid(host: str, gpu: int) -> str:
+    """A GPU UUID-shaped id that depends only on (host, gpu): the same GPU keeps its id across lines."""
+    h = hashlib.sha1(f"{host}/{gpu}".encode()).hexdigest()
+    return f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:32]}"

@@ -366,14 +366,24 @@ def gpu_thermal(s: Script, f: Spec) -> Fault:
     smi_old = bool(s.rng.random() < 0.5)
     first = None
     t = f.t + s.jitter(20, 40)
+    k = 0
     while t < c.end_ns - 30 * NS:
-        for i, line in enumerate(s.dialect.thermal_report(f.gpu, bus, smi_old)):
+        for i, line in enumerate(_thermal_lines(s, f, bus, smi_old, k)):
             tt = s.job(t + i * 1000, f.node, line)
             first = tt if first is None else first
         t += s.jitter(170, 240)
+        k += 1
     return Fault(kind="gpu_thermal", category="thermal_power", culprit_node=f.node, culprit_gpu=f.gpu, node_fault=True,
                  fault_t=f.t, decisive_t=first, actions=("investigate", "drain_node", "requeue_job"),
                  slow=[(np.array([rank]), f.t, c.end_ns, factor)], hot=True)
+
+
+def _thermal_lines(s: Script, f: Spec, bus: str, smi_old: bool, k: int) -> list[str]:
+    """The ``k``-th health report of a hot GPU: dcgm-exporter's scrape when the run draws it
+    (``Dialect.thermal_exporter``), else the DCGM / nvidia-smi wording of ``thermal_form``."""
+    if s.dialect.thermal_exporter != "none":
+        return s.dialect.exporter_thermal_report(f.gpu, s.cluster.nodes[f.node], k)
+    return s.dialect.thermal_report(f.gpu, bus, smi_old)
 
 
 def workload_imbalance(s: Script, f: Spec) -> Fault:

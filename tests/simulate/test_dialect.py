@@ -104,7 +104,9 @@ def test_timing_variants_are_written_as_drawn(tmp_path):
         text = _text(r.path)
         phase = names.get("rank_timing") == "phase"
         assert ("] step " in text and " timing: forward-compute " in text) == phase
-        assert (" step_time=" in text) == (not phase)
+        tf = names.get("step_line") == "tf"
+        assert (" step_time=" in text) == (not phase and not tf)
+        assert (" examples/sec; " in text and " sec/batch)" in text) == (not phase and tf)
         report = names.get("timing_report", "none")
         seen.add(report)
         assert ("(min, max) time across ranks (ms):\n    forward-backward ......" in text) == (report == "megatron_timers")
@@ -124,7 +126,13 @@ def test_thermal_scenario_writes_its_wording(tmp_path):
         want = {"dcgm4": "Detected clocks event due to thermal violation in GPU ",
                 "dcgm3": "Detected clock throttling due to thermal violation in GPU ",
                 "smi": "            HW Thermal Slowdown           : Active"}[form]
-        if table:   # dcgmi diag's result table instead of the health-watch line
+        exporter = r.truth["wording_variants"].get("thermal_exporter", "none")
+        if exporter != "none":   # dcgm-exporter's scrape instead of DCGM's or nvidia-smi's words
+            assert want not in text
+            gpu = r.truth["culprit_gpu"]
+            want = (f'DCGM_FI_DEV_CLOCKS_EVENT_REASONS{{gpu="{gpu}",' if exporter == "bitmask"
+                    else f'DCGM_EXP_CLOCK_EVENTS_COUNT{{gpu="{gpu}",')
+        elif table:   # dcgmi diag's result table instead of the health-watch line
             assert want not in text
             want = f"| Warning                   | GPU {r.truth['culprit_gpu']} Thermal violations totaling "
         assert want in text
@@ -249,3 +257,16 @@ def test_recovery_verdict_and_nvlink_job_error_are_written_as_drawn(tmp_path):
         top = replay([n.path], None).incidents[0]
         assert (top.category, top.node) == ("nvlink", n.truth["culprit_node"])
     assert reports == {"xid154", "dcgm", "smi"} and errors == {"nccl", "contained"}
+
+
+def test_exporter_thermal_scrape_sets_only_thermal_bits_on_the_hot_gpu():
+    """dcgm-exporter wording of a hot GPU: its reasons gauge carries SW/HW thermal or HW slowdown bits (DCGM
+    dcgm_fields.h), a neighbour reads 0; the count form counts thermal events only."""
+    for k in range(3):
+        lines = Dialect(thermal_exporter="bitmask").exporter_thermal_report(2, "gpu-n03", k)
+        hot, cold = (int(ln.rsplit(" ", 1)[1]) for ln in lines[1:])
+        assert hot & (0x08 | 0x20 | 0x40) and not hot & ~(0x08 | 0x20 | 0x40) and cold == 0
+        assert 'gpu="2"' in lines[1] and 'Hostname="gpu-n03"' in lines[1] and 'gpu="3"' in lines[2]
+    count = Dialect(thermal_exporter="count").exporter_thermal_report(2, "gpu-n03", 0)
+    assert [ln.split('clock_event="')[1].split('"')[0] for ln in count[1:]] == ["sw_thermal", "hw_thermal", "power_cap"]
+    assert count[3].endswith(" 0")
