@@ -153,7 +153,9 @@ def chunk_background(c: Cluster, tl: Timeline, rng: np.random.Generator, c0: int
             opt = np.round(ms - fwd - bwd, 2)
             body = [pl.lit(" timing: forward-compute "), pl.lit(fwd).cast(pl.String), pl.lit(" ms | backward-compute "),
                     pl.lit(bwd).cast(pl.String), pl.lit(" ms | optimizer "), pl.lit(opt).cast(pl.String), pl.lit(" ms")]
-        elif dialect.step_line == "tf":
+        elif dialect.step_line == "tf" and slow:
+            # only in runs with slow ranks, where these lines are the evidence: the other runs (the fleet
+            # benchmarks' inputs among them) keep their bytes
             body = _tf_step_body(ms, kk)
         else:
             body = [pl.lit(" step_time="), pl.lit(ms // 1000).cast(pl.String), pl.lit("."),

@@ -103,6 +103,7 @@ class Dialect:
                                        # (`DCGM_EXP_CLOCK_EVENTS_COUNT{…,clock_event="hw_thermal",…} N`), instead
     step_line: str = "kv"              # per-rank step lines (rank_timing step_time): kv `step N step_time=X.XXXs` |
                                        # tf: the TensorFlow tutorials' `step N, loss = L (E examples/sec; X sec/batch)`
+                                       # (written in runs with slow ranks only)
 
     @classmethod
     def draw(cls, rng: np.random.Generator) -> Dialect:
