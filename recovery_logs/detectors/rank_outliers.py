@@ -7,7 +7,8 @@ the first minutes of a job, has a handful. What an operator still reads from a f
   rule or the line's prefix — torchrun ``[rankN]:``/``[defaultN]:``, Lightning ``[rank: N]``, Open MPI
   ``[1,N]<stdout>:``, srun ``--label`` ``N:``): per step, 3+ ranks compared (a line without a step
   number is its rank's n-th report); a rank that is an outlier in two of the job's first steps (or
-  once by a wide margin);
+  once by a wide margin). Lines that name no rank but come from 3+ hosts of the job (per-node output
+  read from syslog, journald or VictoriaLogs) compare host against host: the slow *node* is named;
 * **reports that list per-rank values** in one line: Megatron's ``^^^^ Bottom N Ranks with lowest
   Etpt(TF): v/r, …`` (``--straggler-minmax-count``; read with its ``Top`` line when present) and the
   nvidia-resiliency-ext example's ``Rank R GPUs relative perf: {rank: score, …}`` dicts, DLRover's
