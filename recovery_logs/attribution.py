@@ -43,6 +43,7 @@ SPECIFIC_BONUS = 0.3
 ACTION_STRENGTH = {"none": 0, "none_user_bug": 0, "investigate": 1, "requeue_only": 2, "cancel_job": 2,
                    "reset_gpu": 3, "drain_node_and_requeue": 4}
 APP_ACTIONS = {"none_user_bug", "none"}
+ADVISORY_ACTIONS = frozenset({"investigate", "none"})   # proposals that change nothing on the cluster
 TIMEOUT_CATEGORY = Category.NCCL_TIMEOUT_HANG.value
 NET_CATEGORY = Category.NCCL_NETWORK_ERROR.value
 
@@ -250,6 +251,31 @@ def rank_key(i: Incident) -> tuple[Any, ...]:
             i.category == Category.ANOMALY.value, -i.confidence, i.first_seen, i.id)
 
 
+def is_advisory(i: Incident) -> bool:
+    """An incident that proposes nothing beyond a look (investigate/none), of a software/set-up category and at
+    most medium severity: set-up chatter (an NCCL interface warning), a WARN-level notice, an anomaly."""
+    return (i.category not in HARDWARE_CATEGORIES and i.category != Category.STRAGGLER.value
+            and i.suggested_action in ADVISORY_ACTIONS
+            and SEVERITY_RANK.get(i.severity, 0) <= SEVERITY_RANK["medium"])
+
+
+def defer_advisories(incidents: list[Incident], gap_s: float) -> list[Incident]:
+    """An advisory incident (``is_advisory``) of a scope that also has a straggler verdict within the incident gap
+    is reported at ``info`` severity, so the verdict ranks first: the question the operator asks of that job is
+    which rank or node is slow, and the verdict names it while the advisory proposes only a look. Nothing that
+    proposes a requeue, drain or reset, nothing of a hardware category and nothing above medium is deferred."""
+    gap = int(gap_s * 1e9)
+    spans: dict[str, list[tuple[int, int]]] = {}
+    for i in incidents:
+        if i.category == Category.STRAGGLER.value:
+            spans.setdefault(i.scope, []).append((i.first_seen, i.last_seen))
+    if not spans:
+        return incidents
+    return [replace(i, severity="info") if is_advisory(i) and any(
+        f - gap <= i.last_seen and i.first_seen <= last + gap for f, last in spans.get(i.scope, ())) else i
+        for i in incidents]
+
+
 def _confidence(cands: list[tuple[Candidate, Row | None]]) -> float:
     s1 = cands[0][0].score
     s2 = cands[1][0].score if len(cands) > 1 else 0.0
@@ -295,6 +321,7 @@ class Attributor:
             inc = self._one(group, part, job_hosts, addr_hosts, escal)
             if inc is not None:
                 out.append(inc)
+        out = defer_advisories(out, cfg.incident_gap_s)
         # ranked by rank_key (a confirmed cascading hardware cause first, ...)
         out.sort(key=rank_key)
         return out
