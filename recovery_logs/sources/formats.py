@@ -87,6 +87,12 @@ RE_ISO_LEAD = r"^ ?\[?(\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}:\d{2}(?:[.,]\d{1,9})?)(Z
 # (tqdm format_meter l_bar "{desc}{percentage:3.0f}%|": " 10%|█ …", "  5%|")
 RE_JOB_HEAD = r"^(?: iteration +\d+/ *\d+ \||\s{1,2}\d{1,2}%\|)"
 RE_NCCL_HOST = r"^([A-Za-z0-9][\w.-]*):\d+:\d+ \[\d+\] NCCL "
+# pdsh/clush per-node output: each line behind its host's label (pdsh src/pdsh/dsh.c rsh(): out("%S: %s", host,
+# buf), the same on stderr; ClusterShell's clush prints "%s: %s" too). A label is a lowercase host name holding a
+# digit (gpu-n01, node017.cluster) or an IPv4 address, then ": ": words ("RuntimeError: ", "NCCL version") are none;
+# a counter-like word ("rank3: ", "epoch2: ") is not a host either (RE_NOT_HOST).
+RE_HOST_LABEL = r"^([a-z][a-z0-9-]*[0-9][a-z0-9-]*(?:\.[a-z0-9-]+)*|[0-9]{1,3}(?:\.[0-9]{1,3}){3}): "
+RE_NOT_HOST = r"^(?:rank|local_rank|epoch|step|iter|iteration|batch|layer|cuda|device|gpu|worker|proc|task)[0-9]+$"
 RE_SD_JOB = r"""(?:job_id|jobid|slurm_job_id)="(\d+(?:[._]\w+)?)\""""
 RE_IPV4 = r"^\d+\.\d+\.\d+\.\d+$"
 
@@ -318,13 +324,21 @@ def parse_dmesg(lines: pl.DataFrame, ctx: ParseContext) -> pl.DataFrame:
 def parse_job(lines: pl.DataFrame, ctx: ParseContext) -> pl.DataFrame:
     """Job stdout/stderr: optional rank prefix, then glog / Python-logging / ISO time or none."""
     t = pl.col("text")
+    # a pdsh/clush host label first (RE_HOST_LABEL): the rest of the line is read as if it stood alone
+    labelled = _mask(lines, t.str.contains(RE_HOST_LABEL))
+    if labelled.any():
+        lh = t.str.extract(RE_HOST_LABEL, 1)
+        lines = _on_rows(lines, labelled, {"_lhost": pl.when(lh.str.contains(RE_NOT_HOST)).then(None).otherwise(lh)})
+        lines = lines.with_columns(_ltext=pl.when(pl.col("_lhost").is_not_null())
+                                   .then(t.str.replace(RE_HOST_LABEL, "")).otherwise(t))
+        t = pl.col("_ltext")
     # the rank prefix, the glog and ISO times and the NCCL host are extracted only on the lines a
     # capture-free test admits (most job lines have no time, many no rank prefix)
     rk = t.str.extract_groups(RE_RANK)
     df = _on_rows(lines, _mask(lines, t.str.contains(RE_RANK)), {
         "rank": pl.coalesce(rk.struct.field("1"), rk.struct.field("2")).cast(pl.Int32, strict=False),
         "_body": t.str.replace(RE_RANK, "")})
-    df = df.with_columns(body=pl.coalesce("_body", "text")).drop("_body")
+    df = df.with_columns(body=pl.coalesce(pl.col("_body"), t)).drop("_body")
     b = pl.col("body")
     df = df.with_columns(_is_g=b.str.contains(RE_GLOG).fill_null(False),
                          _is_i=b.str.contains(RE_ISO_LEAD).fill_null(False),
@@ -336,6 +350,12 @@ def parse_job(lines: pl.DataFrame, ctx: ParseContext) -> pl.DataFrame:
         need_host = need_host & pl.col("_phost").is_null()
     if ctx.line_host:
         df = _on_rows(df, _mask(df, need_host), {"host": short_host(b.str.extract(RE_NCCL_HOST, 1))})
+        if "_lhost" in df.columns:   # the line's own NCCL host first, else its label's
+            keep = pl.col("_lhost").is_not_null() & pl.col("host").is_null()
+            if ctx.columns and "_phost" in df.columns:
+                keep = keep & pl.col("_phost").is_null()
+            df = _on_rows(df, _mask(df, keep), {"_lh": short_host(pl.col("_lhost"))})
+            df = df.with_columns(host=pl.coalesce("host", "_lh")).drop("_lh")
     else:
         df = df.with_columns(host=pl.lit(None, pl.String))
     is_g, is_i = pl.col("_is_g"), pl.col("_is_i")

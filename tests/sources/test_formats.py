@@ -339,3 +339,24 @@ def test_job_indented_progress_lines_are_records_of_their_own(tmp_path):
                                            " [2024-05-01 10:02:07] " + it.format(183).lstrip(), it.format(184),
                                            " 10%|█         | 100/1000 [01:40<15:00,  1.00s/it]"]
     assert ev["time"].dt.epoch("ns").to_list()[:2] == [iso_to_ns("2024-05-01T10:00:00Z"), iso_to_ns("2024-05-01T10:02:07Z")]
+
+
+def test_pdsh_labelled_job_output_names_each_line_host(tmp_path):
+    """pdsh's "host: line" (src/pdsh/dsh.c: out("%S: %s", host, buf)): the label is the line's host where the path
+    names none and the line has no host of its own; the rest is read as it stands (rank prefix, glog time)."""
+    body = ["gpu-n01: [rank0]: I1129 14:00:01.500000 77 train.py:300] iter 5: loss 3.98, time 561.94ms",
+            "gpu-n02: gpu-n02b:1234:5678 [1] NCCL INFO NET/Socket : Using [0]eth0:10.0.0.2<0>",
+            "10.0.0.7: W1129 14:00:02.000000 77 train.py:300] iter 5: loss 3.98, time 1561.94ms",
+            "rank3: hello"]
+    (tmp_path / "pdsh").mkdir()
+    path = tmp_path / "pdsh" / "out.txt"
+    path.write_text("\n".join(body) + "\n")
+    ev = read_paths([path], ReadOptions(year=2026)).events
+    assert ev.select("host", "rank", "message").rows() == [
+        ("gpu-n01", 0, body[0].split("[rank0]: ")[1]), ("gpu-n02b", None, body[1].split(": ", 1)[1]),
+        ("10.0.0.7", None, body[2].split(": ", 1)[1]), (None, None, "rank3: hello")]
+    assert ev["time"].dt.epoch("ns").to_list()[:3] == [iso_to_ns("2026-11-29T14:00:01.5Z")] * 2 + [
+        iso_to_ns("2026-11-29T14:00:02Z")]
+    named = tmp_path / "gpu-x07.out"          # the path names the host: it wins, as for NCCL's host
+    shutil.copy(path, named)
+    assert read_paths([named], ReadOptions(year=2026)).events["host"].unique().to_list() == ["gpu-x07"]

@@ -17,9 +17,11 @@ from recovery_logs.sources.formats import (
     RE_3164_HOST,
     RE_5424,
     RE_GLOG,
+    RE_HOST_LABEL,
     RE_ISO_LEAD,
     RE_ISOSYSLOG,
     RE_NCCL_HOST,
+    RE_NOT_HOST,
     RE_RANK,
     RE_SD_JOB,
     RE_UPTIME_PREFIX,
@@ -69,6 +71,15 @@ JOB = [
     "I0229 14:00:10.25] February 29th in a year without one",
     "[rank1]: ",
     "plain text without time",
+    # pdsh/clush per-node labels (pdsh src/pdsh/dsh.c: "%S: %s"): the line behind the label is read as it stands
+    "gpu-n003: [rank5]: W1129 14:00:02.000001 77 ProcessGroupNCCL.cpp:616] [Rank 5] Watchdog caught collective operation timeout",
+    "node017.cluster: gpu-n001.cluster:52731:52731 [0] NCCL INFO Channel 00/0 : 0[0] -> 1[1] via P2P/CUMEM/read",
+    "10.0.0.7: 2026-11-29T14:00:04.5+01:00 step 7 loss 2.5",
+    "gpu-n004: ",
+    "gpu-n004:  indented behind the label",
+    "rank3: a counter, not a host label",
+    "Gpu-N01: upper case is not a label",
+    "RuntimeError: a word is not a label",
 ]
 SYSLOG = [
     "Nov 29 14:00:01 gpu-n001 kernel: [86000.123456] NVRM: Xid (PCI:0000:3b:00): 79, pid=1, GPU has fallen off the bus.",
@@ -131,7 +142,11 @@ def _ref_syslog(lines: pl.DataFrame, ctx: ParseContext) -> pl.DataFrame:
 
 
 def _ref_job(lines: pl.DataFrame, ctx: ParseContext) -> pl.DataFrame:
-    t = pl.col("text")
+    lab = pl.col("text").str.extract(RE_HOST_LABEL, 1)
+    lines = lines.with_columns(_lab=pl.when(lab.str.contains(RE_NOT_HOST)).then(None).otherwise(lab))
+    lines = lines.with_columns(_t=pl.when(pl.col("_lab").is_not_null())
+                               .then(pl.col("text").str.replace(RE_HOST_LABEL, "")).otherwise(pl.col("text")))
+    t = pl.col("_t")
     df = lines.with_columns(_rk=t.str.extract_groups(RE_RANK))
     rk = pl.col("_rk")
     rank = pl.coalesce(rk.struct.field("1"), rk.struct.field("2")).cast(pl.Int32, strict=False)
@@ -157,7 +172,7 @@ def _ref_job(lines: pl.DataFrame, ctx: ParseContext) -> pl.DataFrame:
     df = df.with_columns(
         has_ts=is_g | is_i,
         ts=pl.when(is_g).then(g_ns).when(is_i).then(i_ns),
-        host=short_host(pl.col("_nccl")),
+        host=pl.coalesce(short_host(pl.col("_nccl")), short_host(pl.col("_lab"))),
         message=b,
         header=is_g | is_i,
         source=file_kind,
