@@ -11,7 +11,9 @@ Steps (all functions of the accumulated findings, so replay and watch agree):
    the symptoms they cause; earlier outranks later; breadcrumbs (XID 45/43/154) never win when a
    cause precedes them; NCCL network errors point at their peer (address → host from NCCL's own
    INFO lines); in a job where several nodes report a collective timeout, a node of the job that
-   did *not* is a suspect.
+   did *not* is a suspect. Across incidents: an advisory one (proposes only a look, not hardware, at most
+   medium: set-up chatter such as an NCCL interface WARN) of a job with a straggler verdict near it is
+   reported at ``info``, so the verdict naming the slow rank comes first (``defer_advisories``).
 4. **detected_at** — the earliest event time at which the ranking over the evidence seen so far
    already named the final culprit and category (or the same category for the job as a whole, when
    the culprit node is only named later, as for a silent hang): what a live run reports.

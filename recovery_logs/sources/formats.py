@@ -22,8 +22,9 @@ What ``message`` keeps (the rule packs match on it):
 * syslog (RFC3164/RFC5424): the header (priority, time, host, ``program[pid]:``, SD) and a
   leading dmesg uptime ``[12345.678901]`` are stripped.
 * dmesg: the ``[uptime]`` / ``[date]`` prefix is stripped.
-* job output: only the ``[rankN]:`` and srun ``-l`` ``N: `` prefixes are stripped (they set
-  ``rank``); glog / torch / Python-logging headers stay in the message, because they carry the
+* job output: only a pdsh/clush ``host: `` label (it sets ``host`` where the line names none of its
+  own and the path names none) and the ``[rankN]:`` and srun ``-l`` ``N: `` prefixes are stripped
+  (they set ``rank``); glog / torch / Python-logging headers stay in the message, because they carry the
   severity letter and the source file that rules match on.
 * journald: ``MESSAGE`` (a list of byte values is decoded as UTF-8 with replacement).
 * VictoriaLogs: ``_msg`` with a leading ``[rankN]:`` stripped (sets ``rank``), like job files.

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import polars as pl
 import pytest
 
 from recovery_logs.pipeline.replay import ReplayOptions, replay
@@ -67,3 +68,23 @@ def test_no_straggler_when_all_ranks_are_equal(tmp_path: Path) -> None:
         (job / f"{host}.out").write_text("\n".join(lines) + "\n")
     res = replay(sorted(job.glob("*.out")), ReplayOptions())
     assert not [i for i in res.incidents if i.category == "straggler"]
+
+
+@pytest.mark.parametrize("slow", [True, False], ids=["one-slow-node", "balanced"])
+def test_pdsh_gathered_rankless_step_lines_compare_node_against_node(tmp_path: Path, slow: bool) -> None:
+    """One file of pdsh output ("host: line", pdsh src/pdsh/dsh.c out("%S: %s", host, buf)) holding each node's
+    nanoGPT-style step lines (karpathy/nanoGPT#110) without a rank: the labels name the hosts, so the nodes are
+    compared with each other and the slow one is named; with the labels unread the lines had no host and no time."""
+    job = tmp_path / "job-4713"
+    job.mkdir()
+    lines = [f"{host}: " + nanogpt_line(step * 10, 100 + step, 9.0 if slow and host == SLOW else 16.8 + 0.05 * (step % 3))
+             for step in range(30) for host in HOSTS]
+    (job / "pdsh.out").write_text("\n".join(lines) + "\n")
+    res = replay([job / "pdsh.out"], ReplayOptions())
+    prog = res.engine.findings.filter(pl.col("role") == "progress")
+    assert sorted(prog["host"].unique().to_list()) == sorted(HOSTS) and prog["time_inferred"].sum() == 0
+    strag = [i for i in res.incidents if i.category == "straggler"]
+    if slow:
+        assert strag and f"node {SLOW} slower than the other nodes" in strag[0].cause
+    else:
+        assert not strag
