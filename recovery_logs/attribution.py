@@ -11,8 +11,8 @@ Steps (all functions of the accumulated findings, so replay and watch agree):
    the symptoms they cause; earlier outranks later; breadcrumbs (XID 45/43/154) never win when a
    cause precedes them; NCCL network errors point at their peer (address → host from NCCL's own
    INFO lines); in a job where several nodes report a collective timeout, a node of the job that
-   did *not* is a suspect. Across incidents: an advisory one (proposes only a look, not hardware, at most
-   medium: set-up chatter such as an NCCL interface WARN) of a job with a straggler verdict near it is
+   did *not* is a suspect. Across incidents: an advisory one (proposes only a look, at most medium, set-up
+   chatter such as an NCCL interface WARN, a software notice or an anomaly) of a job with a straggler verdict near it is
    reported at ``info``, so the verdict naming the slow rank comes first (``defer_advisories``).
 4. **detected_at** — the earliest event time at which the ranking over the evidence seen so far
    already named the final culprit and category (or the same category for the job as a whole, when
@@ -45,7 +45,10 @@ SPECIFIC_BONUS = 0.3
 ACTION_STRENGTH = {"none": 0, "none_user_bug": 0, "investigate": 1, "requeue_only": 2, "cancel_job": 2,
                    "reset_gpu": 3, "drain_node_and_requeue": 4}
 APP_ACTIONS = {"none_user_bug", "none"}
-ADVISORY_ACTIONS = frozenset({"investigate", "none"})   # proposals that change nothing on the cluster
+# an advisory proposes only a look, in a category of set-up trouble or notices (no hardware, no process killed, no
+# job failed): NCCL set-up warnings, a software notice, an anomaly
+ADVISORY_ACTIONS = frozenset({"investigate"})
+ADVISORY_CATEGORIES = frozenset({Category.NCCL_OTHER.value, Category.SOFTWARE_EXCEPTION.value, Category.ANOMALY.value})
 TIMEOUT_CATEGORY = Category.NCCL_TIMEOUT_HANG.value
 NET_CATEGORY = Category.NCCL_NETWORK_ERROR.value
 
@@ -254,10 +257,10 @@ def rank_key(i: Incident) -> tuple[Any, ...]:
 
 
 def is_advisory(i: Incident) -> bool:
-    """An incident that proposes nothing beyond a look (investigate/none), of a software/set-up category and at
-    most medium severity: set-up chatter (an NCCL interface warning), a WARN-level notice, an anomaly."""
-    return (i.category not in HARDWARE_CATEGORIES and i.category != Category.STRAGGLER.value
-            and i.suggested_action in ADVISORY_ACTIONS
+    """An incident that proposes nothing beyond a look (investigate), of a set-up/notice category and at most medium
+    severity: set-up chatter (an NCCL interface warning), a WARN-level notice, an anomaly. A crash (``none``/
+    ``none_user_bug``), an OOM kill, a job or step failure, a network or hardware fault is never advisory."""
+    return (i.category in ADVISORY_CATEGORIES and i.suggested_action in ADVISORY_ACTIONS
             and SEVERITY_RANK.get(i.severity, 0) <= SEVERITY_RANK["medium"])
 
 
@@ -265,7 +268,8 @@ def defer_advisories(incidents: list[Incident], gap_s: float) -> list[Incident]:
     """An advisory incident (``is_advisory``) of a scope that also has a straggler verdict within the incident gap
     is reported at ``info`` severity, so the verdict ranks first: the question the operator asks of that job is
     which rank or node is slow, and the verdict names it while the advisory proposes only a look. Nothing that
-    proposes a requeue, drain or reset, nothing of a hardware category and nothing above medium is deferred."""
+    proposes a requeue, drain or reset, no crash, kill or failure, nothing of a hardware category and nothing above
+    medium is deferred."""
     gap = int(gap_s * 1e9)
     spans: dict[str, list[tuple[int, int]]] = {}
     for i in incidents:

@@ -55,7 +55,11 @@ def test_a_straggler_verdict_outranks_setup_chatter_of_its_job(straggler):
     ("2026-11-29T14:01:00Z", "gpu-n01", "xid", "medium", "investigate", "xid.nvrm"),
     ("2026-11-29T14:01:00Z", "gpu-n01", "software_exception", "high", "investigate", "python.traceback"),
     ("2026-11-29T14:01:00Z", "gpu-n01", "cuda_error", "medium", "none_user_bug", "cuda.user_error"),
-], ids=["proposes-requeue", "hardware", "high", "user-bug"])
+    ("2026-11-29T14:01:00Z", "gpu-n01", "software_exception", "medium", "none", "python.segfault"),
+    ("2026-11-29T14:01:00Z", "gpu-n01", "oom_host", "medium", "investigate", "oom.killer_invoked"),
+    ("2026-11-29T14:01:00Z", "gpu-n01", "slurm_job_failure", "medium", "investigate", "slurm.step_create_failed"),
+    ("2026-11-29T14:01:00Z", "gpu-n01", "nccl_network_error", "medium", "investigate", "ucx.verbs_setup_failed"),
+], ids=["proposes-requeue", "hardware", "high", "user-bug", "crash", "oom-kill", "step-failed", "network"])
 def test_what_proposes_more_than_a_look_keeps_its_rank(other):
     incs = _incidents([_f(*other), _straggler()])
     assert incs[0].category == other[2] and incs[0].severity == other[3]
