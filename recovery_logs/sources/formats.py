@@ -89,9 +89,10 @@ RE_ISO_LEAD = r"^ ?\[?(\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}:\d{2}(?:[.,]\d{1,9})?)(Z
 RE_JOB_HEAD = r"^(?: iteration +\d+/ *\d+ \||\s{1,2}\d{1,2}%\|)"
 RE_NCCL_HOST = r"^([A-Za-z0-9][\w.-]*):\d+:\d+ \[\d+\] NCCL "
 # pdsh/clush per-node output: each line behind its host's label (pdsh src/pdsh/dsh.c rsh(): out("%S: %s", host,
-# buf), the same on stderr; ClusterShell's clush prints "%s: %s" too). A label is a lowercase host name holding a
-# digit (gpu-n01, node017.cluster) or an IPv4 address, then ": ": words ("RuntimeError: ", "NCCL version") are none;
-# a counter-like word ("rank3: ", "epoch2: ") is not a host either (RE_NOT_HOST).
+# buf), the same on stderr; cea-hpc/clustershell lib/ClusterShell/CLI/Display.py print_line(): "%s: " % nodeset, then
+# the line). A label is a lowercase host name holding a digit (gpu-n01, node017.cluster) or an IPv4 address, then
+# ": ": words ("RuntimeError: ", "NCCL version") are none, nor a gathered node set ("gpu-n[01-04]: ", several hosts);
+# a counter-like word ("rank3: ", "epoch2: ") is not a host either (RE_NOT_HOST). dshbak/clush -b blocks are not read.
 RE_HOST_LABEL = r"^([a-z][a-z0-9-]*[0-9][a-z0-9-]*(?:\.[a-z0-9-]+)*|[0-9]{1,3}(?:\.[0-9]{1,3}){3}): "
 RE_NOT_HOST = r"^(?:rank|local_rank|epoch|step|iter|iteration|batch|layer|cuda|device|gpu|worker|proc|task)[0-9]+$"
 RE_SD_JOB = r"""(?:job_id|jobid|slurm_job_id)="(\d+(?:[._]\w+)?)\""""
