@@ -53,6 +53,15 @@ the driver's Xid 154, as DCGM's health text (``GPU N requires a reset to recover
 action: 1 (GPU_RESET).``, dcgm_errors.h) or as ``nvidia-smi -q``'s ``GPU Reset Status`` block
 (``Reset Required : Yes``) — the ``d7-*`` excerpts' families (``recovery_report``).
 
+A host OOM's victim is reported by whatever launched it (``oom_victim_report``): torchrun's ChildFailedError
+table (``exitcode  : -9``), MPICH/Intel MPI hydra's end-of-job banner (``KILLED BY SIGNAL: 9 (Killed)``, older
+releases ``EXIT CODE: 9``; pmodels/mpich src/pm/hydra) or the batch shell's own job report (``line N: PID Killed``,
+bash's ``Killed`` for a SIGKILLed foreground job) — the corpus's ``e17-jukebox155-*``, ``e17-mplbm92-*`` and
+``arjuna-52-*`` families. A node that dies and comes back under its job is re-registered by slurmctld
+(``node_fail_return``): ``Node N now responding``, ``validate_node_specs: Node N unexpectedly rebooted
+boot_time=… last response=…`` and, for the batch host, ``Batch JobId=J missing from batch node N (not found
+BatchStartTime after startup)`` (SchedMD/slurm src/slurmctld/node_mgr.c, job_mgr.c).
+
 A ``Dialect`` is drawn once per scenario run from its own random stream (so the other lines of a
 run keep their bytes); ``Dialect()`` is the wording the simulator wrote before variants existed.
 """
@@ -70,6 +79,8 @@ OLD_CUDA_CODES = {"an illegal memory access was encountered": 77, "unspecified l
 # who words a GPU out-of-memory (Dialect.oom_stack)
 OOM_STACKS = ("torch", "hip", "xla", "cublas", "vllm")
 DIAG_CELL = 46      # width of the result column of `dcgmi diag`'s table
+# who reports a host-OOM victim (Dialect.oom_victim_report)
+OOM_VICTIM_REPORTS = ("elastic", "hydra", "shell")
 
 
 @dataclass(frozen=True)
@@ -104,6 +115,9 @@ class Dialect:
     step_line: str = "kv"              # per-rank step lines (rank_timing step_time): kv `step N step_time=X.XXXs` |
                                        # tf: the TensorFlow tutorials' `step N, loss = L (E examples/sec; X sec/batch)`
                                        # (written in runs with slow ranks only)
+    oom_victim_report: str = "elastic"  # elastic: torchrun's ChildFailedError (exitcode -9) | hydra: MPICH's
+                                       # BAD TERMINATION banner | shell: the batch script's `line N: PID Killed`
+    node_fail_return: bool = False     # a dead node reboots and re-registers with slurmctld under its job
 
     @classmethod
     def draw(cls, rng: np.random.Generator) -> Dialect:
@@ -123,7 +137,9 @@ class Dialect:
                    nvlink_job_error="contained" if coin() else "nccl",
                    recovery_report=str(rng.choice(["xid154", "dcgm", "smi"])),
                    thermal_exporter=str(rng.choice(["none", "bitmask", "count"])),
-                   step_line="tf" if coin() else "kv")
+                   step_line="tf" if coin() else "kv",
+                   # host/scheduler side (issue 13, E7), drawn after every earlier field
+                   oom_victim_report=str(rng.choice(list(OOM_VICTIM_REPORTS))), node_fail_return=coin())
 
     def names(self) -> dict[str, object]:
         """The variants drawn for the run (for truth.json): those that differ from the default wording. A
@@ -262,7 +278,27 @@ class Dialect:
                 "documentation for Memory Management  (https://pytorch.org/docs/stable/notes/cuda.html#environment-variables)")
 
 
-__all__ = ["DIAG_CELL", "OLD_CUDA_CODES", "OOM_STACKS", "Dialect"]
+    # -- host/scheduler-side wording (issue 13, E7) ------------------------------------------------
+    @staticmethod
+    def hydra_banner(rank: int, pid: int, host: str, old: bool) -> list[str]:
+        """MPICH/Intel MPI hydra's end-of-job banner for a rank killed by SIGKILL (pmodels/mpich src/pm/hydra
+        ui/mpich/utils.c); ``old``: the releases that print the signal as ``EXIT CODE: 9`` and add MPICH2's exit
+        string."""
+        rule = "=" * 83
+        if old:
+            return [rule, "=   BAD TERMINATION OF ONE OF YOUR APPLICATION PROCESSES", f"=   PID {pid} RUNNING AT {host}",
+                    "=   EXIT CODE: 9", "=   CLEANING UP REMAINING PROCESSES", "=   YOU CAN IGNORE THE BELOW CLEANUP MESSAGES",
+                    rule, "YOUR APPLICATION TERMINATED WITH THE EXIT STRING: Killed (signal 9)"]
+        return [rule, "=   BAD TERMINATION OF ONE OF YOUR APPLICATION PROCESSES", f"=   RANK {rank} PID {pid} RUNNING AT {host}",
+                "=   KILLED BY SIGNAL: 9 (Killed)", rule]
+
+    @staticmethod
+    def shell_killed(job: str, line: int, pid: int) -> str:
+        """bash's report of a SIGKILLed foreground command in the batch script (``Killed`` is strsignal(9))."""
+        return f"/var/spool/slurmd/job{job}/slurm_script: line {line}: {pid:>6} Killed                  python3 -u train.py"
+
+
+__all__ = ["DIAG_CELL", "OLD_CUDA_CODES", "OOM_STACKS", "OOM_VICTIM_REPORTS", "Dialect"]
 
 
 def stable_uuid(host: str, gpu: int) -> str:

@@ -443,7 +443,13 @@ def host_oom(s: Script, f: Spec) -> Fault:
                f"task=python3,pid={pid},uid=1000")
         t = s.kern(f.t, k, f"Memory cgroup out of memory: Killed process {pid} (python3) total-vm:412345678kB, "
                    "anon-rss:229145312kB, file-rss:1048576kB, shmem-rss:8388608kB, UID:1000 pgtables:461824kB oom_score_adj:0")
-    t2 = sc.child_failed(s, f.t + s.jitter(0.5, 2), rank, -9)
+    t2 = _oom_victim_report(s, f.t + s.jitter(0.5, 2), rank)
+    if _oom_launcher_only(s):   # the launcher's report is the only evidence (see _oom_launcher_only)
+        end = sc.remote_failure(s, t2, {k})
+        sc.job_end_lines(s, end + s.jitter(1, 3), "failed")
+        return Fault(kind="host_oom", category="oom_host", culprit_node=k, culprit_gpu=None, node_fault=False,
+                     fault_t=t2, decisive_t=t2, actions=("none", "investigate", "requeue_job", "cancel_job"),
+                     job_end=end + 5 * NS, progress_stop=f.t)
     msg = (f"Detected 1 oom-kill event(s) in step {job}.0 cgroup. Some of your processes may have been killed by "
            "the cgroup out-of-memory handler." if s.dialect.oomkill_old else
            f"Detected 1 oom_kill event in StepId={job}.0. Some of the step tasks have been OOM Killed.")
@@ -459,6 +465,40 @@ def host_oom(s: Script, f: Spec) -> Fault:
                  progress_stop=f.t)
 
 
+def _oom_victim_report(s: Script, t: int, rank: int) -> int:
+    """How the launcher reports the rank the OOM killer took (Dialect.oom_victim_report); returns its time."""
+    if s.dialect.oom_victim_report == "elastic":
+        return sc.child_failed(s, t, rank, -9)
+    c = s.cluster
+    node = c.node_of_rank(rank)
+    # written in the victim node's job output, as child_failed writes torchrun's report
+    if s.dialect.oom_victim_report == "hydra":
+        for i, line in enumerate(s.dialect.hydra_banner(rank, c.pid(rank), c.nodes[node], old=bool(s.rng.random() < 0.5))):
+            s.job(t + i * 1000, node, line)
+        return t
+    s.job(t, node, s.dialect.shell_killed(c.job_id, 20 + int(s.rng.integers(0, 30)), c.pid(rank)))
+    return t
+
+
+def _oom_launcher_only(s: Script) -> bool:
+    """Only the launcher saw the kill: the kernel log is not collected (host_oom_seen "job") and the rank was
+    started by mpiexec or the batch shell, whose step Slurm's cgroup plugin does not account, so neither
+    slurmstepd's oom_kill count nor srun's Out Of Memory line appears."""
+    return s.dialect.host_oom_seen == "job" and s.dialect.oom_victim_report != "elastic"
+
+
+def _node_return(s: Script, t: int, k: int) -> None:
+    """The dead node reboots and slurmctld re-registers it under its job (Dialect.node_fail_return)."""
+    c = s.cluster
+    s.ctld(t, f"Node {c.nodes[k]} now responding")
+    boot = t // NS - int(s.rng.integers(60, 120))
+    s.ctld(t + 1_000_000, f"validate_node_specs: Node {c.nodes[k]} unexpectedly rebooted boot_time={boot} "
+           f"last response={boot - int(s.rng.integers(200, 400))}")
+    if k == 0:   # the batch host: its batch script is gone
+        s.ctld(t + 2_000_000, f"Batch JobId={c.job_id} missing from batch node {c.nodes[k]} "
+               "(not found BatchStartTime after startup)")
+
+
 def node_fail(s: Script, f: Spec) -> Fault:
     """The node dies outright (power/board): its logs just stop; peers and slurmctld notice."""
     c, k = s.cluster, f.node
@@ -467,6 +507,8 @@ def node_fail(s: Script, f: Spec) -> Fault:
     t_down = f.t + s.jitter(300, 330)
     s.ctld(t_down, f"error: Nodes {c.nodes[k]} not responding, setting DOWN")
     s.ctld(t_down + 1_000_000, f"Killing JobId={c.job_id} on failed node {c.nodes[k]}")
+    if s.dialect.node_fail_return:
+        _node_return(s, t_down + s.jitter(240, 420), k)
     return Fault(kind="node_fail", category="slurm_job_failure", culprit_node=k, culprit_gpu=None, node_fault=True,
                  fault_t=f.t, decisive_t=t_nr, actions=("drain_node", "requeue_job", "investigate"), job_end=end,
                  progress_stop=f.t, node_dead=(k, f.t), decisive_host=c.ctl_host)

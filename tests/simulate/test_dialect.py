@@ -270,3 +270,40 @@ def test_exporter_thermal_scrape_sets_only_thermal_bits_on_the_hot_gpu():
     count = Dialect(thermal_exporter="count").exporter_thermal_report(2, "gpu-n03", 0)
     assert [ln.split('clock_event="')[1].split('"')[0] for ln in count[1:]] == ["sw_thermal", "hw_thermal", "power_cap"]
     assert count[3].endswith(" 0")
+
+
+def test_host_oom_victim_report_and_node_return_are_written_as_drawn(tmp_path):
+    """``oom_victim_report``: the OOM killer's victim reported by torchrun, MPICH hydra's banner or the batch
+    shell (the e17-* excerpts' families); with the kernel log not collected and a non-torchrun launcher, that
+    report is the only evidence and the top incident is still the node's host OOM. ``node_fail_return``: the dead
+    node re-registers with slurmctld (unexpected reboot; the batch host's job missing) and stays the culprit."""
+    from recovery_logs.pipeline.replay import replay
+
+    assert Dialect.hydra_banner(3, 4242, "gpu-n02", old=False)[1:4] == [
+        "=   BAD TERMINATION OF ONE OF YOUR APPLICATION PROCESSES", "=   RANK 3 PID 4242 RUNNING AT gpu-n02",
+        "=   KILLED BY SIGNAL: 9 (Killed)"]
+    assert "=   EXIT CODE: 9" in Dialect.hydra_banner(3, 4242, "gpu-n02", old=True)
+    assert Dialect.shell_killed("184470", 28, 4242) == (
+        "/var/spool/slurmd/job184470/slurm_script: line 28:   4242 Killed                  python3 -u train.py")
+    reports, launcher_only, returned = set(), 0, 0
+    for seed in range(12):
+        r = simulate_one("host_oom", SimOptions(out=tmp_path / f"o{seed}", seed=seed, **SMALL))
+        w = r.truth["wording_variants"]
+        form = w.get("oom_victim_report", "elastic")
+        reports.add(form)
+        text = _text(r.path)
+        assert ("BAD TERMINATION OF ONE OF YOUR APPLICATION PROCESSES" in text) == (form == "hydra")
+        assert ("/slurm_script: line " in text) == (form == "shell")
+        assert ("ChildFailedError" in text) == (form == "elastic")
+        only = form != "elastic" and w.get("host_oom_seen") == "job"
+        launcher_only += only
+        assert ("oom_kill event" in text or "oom-kill event" in text) == (not only)
+        top = replay([r.path], None).incidents[0]
+        assert (top.category, top.node) == ("oom_host", r.truth["culprit_node"])
+        n = simulate_one("node_fail", SimOptions(out=tmp_path / f"f{seed}", seed=seed, **SMALL))
+        back = bool(n.truth["wording_variants"].get("node_fail_return"))
+        returned += back
+        assert ("unexpectedly rebooted boot_time=" in _text(n.path)) == back
+        top = replay([n.path], None).incidents[0]
+        assert (top.category, top.node) == ("slurm_job_failure", n.truth["culprit_node"])
+    assert reports == {"elastic", "hydra", "shell"} and launcher_only and returned
