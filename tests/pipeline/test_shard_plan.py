@@ -105,3 +105,45 @@ def test_a_host_only_the_lines_name_makes_the_bins_meet(tmp_path: Path):
             for b in plan.bins]
     a04 = {b for b, k in enumerate(keys) if "gpu-a04" in k.hosts}
     assert len(a04) == 2 and conflicts(keys) == [a04]
+
+
+def test_lines_are_estimated_from_the_head_of_a_file(tmp_path: Path):
+    from recovery_logs.pipeline.shard_plan import SAMPLE_BYTES, SAMPLES, estimate_lines
+
+    small = tmp_path / "small.log"
+    small.write_bytes(b"a\nbb\nccc")                    # counted: the last line has no newline
+    assert estimate_lines(small, small.stat().st_size) == 3
+    big = tmp_path / "big.log"
+    n = 4 * SAMPLES * SAMPLE_BYTES // 16
+    big.write_bytes(b"0123456789abcde\n" * (n // 2) + b"x" * 63 + b"\n" + b"0123456789abcde\n" * (n // 2))
+    assert abs(estimate_lines(big, big.stat().st_size) - (n + 1)) <= n // 50   # 16 bytes a line but one
+    gz = tmp_path / "x.log.gz"
+    gz.write_bytes(b"\x1f\x8b" + b"\x00" * 998)
+    assert estimate_lines(gz, 1000) == 40 and estimate_lines(tmp_path / "gone.log", 10) == 0
+
+
+def test_bins_are_balanced_by_lines_not_only_bytes(tmp_path: Path):
+    # the same bytes in each job; job 11's lines are 8x shorter, so it is as much work as the other two
+    _touch(tmp_path, "job-11/gpu-a01.out", 40_000)
+    (tmp_path / "job-11" / "gpu-a01.out").write_bytes(b"step 1 loss 2\n" * (40_000 // 14))
+    for j, h in (("22", "b"), ("33", "c")):
+        (tmp_path / f"job-{j}").mkdir()
+        (tmp_path / f"job-{j}" / f"gpu-{h}01.out").write_bytes((b"x" * 111 + b"\n") * (40_000 // 112))
+    plan = plan_allocations([tmp_path], 2)
+    assert _bin_of(plan, "gpu-b01.out") == _bin_of(plan, "gpu-c01.out") != _bin_of(plan, "gpu-a01.out")
+    a01 = next(i for i, f in enumerate(plan.files) if f.endswith("gpu-a01.out"))
+    assert abs(plan.lines[a01] - 40_000 // 14) <= 40_000 // 14 // 50
+    assert plan_allocations([tmp_path], 1).lines == []     # one host: nothing to balance, no estimate
+
+
+def test_hosts_are_assigned_to_even_out_the_estimated_cost():
+    from recovery_logs.pipeline.shard_plan import assign_hosts
+
+    # the fleet day's 8 bins (AllocationPlan.cost of the estimated lines): largest first alone gives
+    # 0, 6, 2, 7 / 5, 4, 3, 1 (82.0 / 76.7); the best split is 0, 1, 6, 7 / 2, 3, 4, 5 (80.0 / 78.7)
+    costs = [38.4, 12.8, 14.8, 15.0, 18.8, 30.1, 16.7, 12.1]
+    where = assign_hosts(costs, 2)
+    assert {b for b in range(8) if where[b] == where[0]} == {0, 1, 6, 7}
+    # what the hosts already hold counts; one host and no bins are fine
+    assert assign_hosts([1.0, 1.0], 2, [5.0, 0.0]) == [1, 1]
+    assert assign_hosts([2.0, 1.0], 1) == [0, 0] and assign_hosts([], 3) == []
