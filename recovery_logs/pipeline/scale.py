@@ -57,6 +57,7 @@ import tempfile
 import time
 from collections import Counter
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -78,6 +79,7 @@ from recovery_logs.pipeline.replay import (
 from recovery_logs.pipeline.shard_plan import (
     AllocationPlan,
     BinKeys,
+    assign_hosts,
     conflicts,
     owners_map,
     plan_allocations,
@@ -294,44 +296,79 @@ class BinWorker:
         return out
 
 
+def _trace(t: float, c: float) -> dict[str, float]:
+    """One step of a host: its start and end (epoch seconds, comparable between the processes of one
+    machine) and the CPU its process spent in it (on a host process, the step's own)."""
+    return {"start": t, "end": time.time(), "cpu": time.process_time() - c, "pid": os.getpid()}
+
+
 class BinHost:
     """One Ray actor per CPU (or, without Ray, this process): reads and judges the bins the driver
     gives it, one call at a time. The driver needs every bin read before it judges any (the
     watermark and the address bindings are the whole input's), so a host that holds more than one
     bin keeps each bin's rule findings — almost all of a bin's state — on its own disk between the
     two steps and holds one bin's findings in memory at a time: a fleet's day in memory bounded by
-    the largest bin, not by the input."""
+    the largest bin, not by the input. A bin's findings go to disk only when another bin needs the
+    memory (the next read, or the judge of another bin): the bin read last is judged first, from
+    memory (the driver asks for it first), so a host of k bins writes and reads back k - 1."""
 
     def __init__(self) -> None:
         self.bins: dict[int, BinWorker] = {}
         self.dir: Path | None = None
+        self.held: int | None = None      # the bin whose findings are in memory (read, not judged)
+        self.spills = 0
 
-    def read(self, bid: int, spill: bool, own: list[str], shared: list[str], ranks: dict[str, int],
-             read: ReadOptions, config: Any, cap: int) -> dict[str, Any]:
-        w = BinWorker(own, shared, ranks, read, config, cap)
-        info = w.read()
-        if spill:
+    def warm(self) -> int:
+        """Nothing: the actor's process has started and imported this module (the driver calls it
+        while it plans, so the first read does not wait for that)."""
+        return os.getpid()
+
+    def _let_go(self) -> None:
+        """The held bin's findings to disk: another bin needs the memory."""
+        if self.held is not None and self.held in self.bins:
             if self.dir is None:
                 self.dir = Path(tempfile.mkdtemp(prefix="recovery-logs-bins-"))
-            w.spill(self.dir / f"bin-{bid}.arrow")
+            self.bins[self.held].spill(self.dir / f"bin-{self.held}.arrow")
+            self.spills += 1
+        self.held = None
+
+    def read(self, bid: int, own: list[str], shared: list[str], ranks: dict[str, int],
+             read: ReadOptions, config: Any, cap: int) -> dict[str, Any]:
+        t, c = time.time(), time.process_time()
+        self._let_go()
+        w = BinWorker(own, shared, ranks, read, config, cap)
+        info = w.read()
         self.bins[bid] = w
+        self.held = bid
+        info["trace"] = _trace(t, c)
         return info
 
     def judge(self, bid: int, watermark_ns: int | None, addresses: dict[str, tuple[int, str]],
               allocations: pl.DataFrame | None) -> dict[str, Any]:
         """The bin's judged result; the host lets go of the bin (a bin merged later is read again)."""
-        return self.bins.pop(bid).judge(watermark_ns, addresses, allocations)
+        t, c = time.time(), time.process_time()
+        if self.held != bid:
+            self._let_go()
+        self.held = None
+        out = self.bins.pop(bid).judge(watermark_ns, addresses, allocations)
+        out["trace"] = _trace(t, c)
+        return out
 
     def drop(self, bid: int) -> None:
         w = self.bins.pop(bid, None)
+        if self.held == bid:
+            self.held = None
         if w is not None and w.spilled is not None:
             w.spilled.unlink(missing_ok=True)
 
-    def close(self) -> None:
+    def close(self) -> int:
+        """Let go of everything; how many bins' findings went to disk."""
         self.bins.clear()
+        self.held = None
         if self.dir is not None:
             shutil.rmtree(self.dir, ignore_errors=True)
             self.dir = None
+        return self.spills
 
 
 class _LocalCall:
@@ -431,35 +468,52 @@ def _owned_findings(det: pl.DataFrame, owners: dict[str, int], b: int) -> pl.Dat
 
 
 class _Hosts:
-    """The driver's view of the hosts: which bin is on which, and what each was given."""
+    """The driver's view of the hosts: which bin is on which, what each was given (estimated cost,
+    ``AllocationPlan.cost``), and which bin each read last (its findings are still in memory there)."""
 
     def __init__(self, ray: Any, n: int) -> None:
         self.ray = ray
         self.actors = [ray.remote(num_cpus=1)(BinHost).remote() for _ in range(n)]
-        self.load = [0] * n
+        self.load = [0.0] * n
+        self.last: list[int | None] = [None] * n
         self.next_bid = 0
+        self.spills = 0
+
+    def warm(self) -> list[Any]:
+        return [a.warm.remote() for a in self.actors]
+
+    def keep(self, n: int) -> None:
+        """Only the first ``n`` hosts (fewer bins than hosts started)."""
+        for a in self.actors[n:]:
+            self.ray.kill(a)
+        del self.actors[n:], self.load[n:], self.last[n:]
 
     def close(self) -> None:
+        """Let go of the hosts (again: nothing)."""
+        actors, self.actors = self.actors, []
         try:
-            self.ray.get([a.close.remote() for a in self.actors])
+            self.spills += sum(self.ray.get([a.close.remote() for a in actors]))
         finally:
-            for a in self.actors:
+            for a in actors:
                 self.ray.kill(a)
 
 
 def _start(hosts: _Hosts, bins: list[_Bin], plan: AllocationPlan, read: ReadOptions, opts: ReplayOptions,
            cfg_ref: Any, ranks: dict[str, int]) -> None:
-    """Read the bins not read yet, each on the host with the fewest bytes given so far (largest first)."""
+    """Read the bins not read yet: spread by estimated cost (``shard_plan.assign_hosts``, counting
+    what each host was given before), each host's largest first."""
     todo = [bn for bn in bins if bn.info is None]
     shared = [plan.files[i] for i in plan.shared]
-    spill = len(bins) > len(hosts.actors)
+    costs = [plan.cost(bn.files) for bn in todo]
+    where = assign_hosts(costs, len(hosts.actors), hosts.load)
     refs = []
-    for bn in sorted(todo, key=lambda b: -sum(plan.sizes[i] for i in b.files)):
-        h = min(range(len(hosts.actors)), key=lambda j: (hosts.load[j], j))
+    for k in sorted(range(len(todo)), key=lambda k: (where[k], -costs[k], k)):
+        bn, h = todo[k], where[k]
         bn.bid, bn.host = hosts.next_bid, h
         hosts.next_bid += 1
-        hosts.load[h] += sum(plan.sizes[i] for i in bn.files)
-        refs.append((bn, hosts.actors[h].read.remote(bn.bid, spill, [plan.files[i] for i in bn.files], shared,
+        hosts.load[h] += costs[k]
+        hosts.last[h] = bn.bid
+        refs.append((bn, hosts.actors[h].read.remote(bn.bid, [plan.files[i] for i in bn.files], shared,
                                                      ranks, read, cfg_ref, opts.quarantine_cap)))
     for bn, info in zip([b for b, _ in refs], hosts.ray.get([r for _, r in refs]), strict=True):
         bn.info = info
@@ -490,7 +544,7 @@ def _merge(hosts: _Hosts, bins: list[_Bin], groups: list[set[int]]) -> list[_Bin
     return out
 
 
-def _replay_by_allocation(ray: Any, hosts_n: int, plan: AllocationPlan, paths: Sequence[str | Path],
+def _replay_by_allocation(ray: Any, hosts: _Hosts, plan: AllocationPlan, paths: Sequence[str | Path],
                           opts: ReplayOptions, read: ReadOptions, allocations: pl.DataFrame | None, t0: float,
                           timings: dict[str, float]) -> ReplayResult:
     ranks = {f: i for i, f in enumerate(plan.files)}
@@ -498,7 +552,7 @@ def _replay_by_allocation(ray: Any, hosts_n: int, plan: AllocationPlan, paths: S
     bins = [_Bin(b) for b in plan.bins]
     merges = 0
     ctx: tuple[int | None, int | None, dict[str, tuple[int, str]]] | None = None
-    hosts = _Hosts(ray, max(1, min(hosts_n, len(bins))))
+    hosts.keep(max(1, min(len(hosts.actors), len(bins))))
     try:
         while True:
             t = time.perf_counter()
@@ -522,7 +576,9 @@ def _replay_by_allocation(ray: Any, hosts_n: int, plan: AllocationPlan, paths: S
             if groups:
                 bins, merges = _merge(hosts, bins, groups), merges + len(groups)
                 continue
-            todo = [bn for bn in bins if bn.judged is None]
+            # each host's bin read last first: its findings are still in memory there
+            todo = sorted((bn for bn in bins if bn.judged is None),
+                          key=lambda bn: (bn.bid != hosts.last[bn.host or 0], bn.bid))
             t = time.perf_counter()
             refs = []
             for bn in todo:
@@ -543,7 +599,28 @@ def _replay_by_allocation(ray: Any, hosts_n: int, plan: AllocationPlan, paths: S
     t = time.perf_counter()
     res = _assemble(bins, owners, taken, ctx, plan, paths, opts, allocations, merges, t0)
     timings["driver_merge"] = time.perf_counter() - t
+    res.engine.stats.update(_bin_trace(bins, plan, time.time() - (time.perf_counter() - t0)))
+    res.engine.stats["shard_spills"] = hosts.spills
     return _timed(res, timings)
+
+
+def _bin_trace(bins: list[_Bin], plan: AllocationPlan, epoch0: float) -> dict[str, int]:
+    """Per bin, where and when it ran (``engine.stats['shard_bin<b>_<field>']``, benchmarks/fleet_scale.py):
+    its host, lines and bytes, and for each step (read, judge) start and end in ms from the start of
+    the replay and the host process's CPU ms."""
+    out: dict[str, int] = {}
+    for b, bn in enumerate(bins):
+        pre = f"shard_bin{b}_"
+        out[pre + "host"] = bn.host if bn.host is not None else -1
+        out[pre + "bytes"] = sum(plan.sizes[i] for i in bn.files)
+        out[pre + "lines"] = int((bn.info or {}).get("stats", {}).get("lines", 0))
+        for step, d in (("read", bn.info), ("judge", bn.judged)):
+            tr = (d or {}).get("trace")
+            if tr:
+                out[pre + step + "_start_ms"] = round((tr["start"] - epoch0) * 1000)
+                out[pre + step + "_end_ms"] = round((tr["end"] - epoch0) * 1000)
+                out[pre + step + "_cpu_ms"] = round(tr["cpu"] * 1000)
+    return out
 
 
 def _assemble(bins: list[_Bin], owners: dict[str, int], taken: list[tuple[Any, Incident, int]],
@@ -568,13 +645,9 @@ def _assemble(bins: list[_Bin], owners: dict[str, int], taken: list[tuple[Any, I
             dropped.update(sd["dropped"])
             findings += sd["findings_n"]
         sticky.append(_owned_findings(bn.judged["detector"], owners, b))
-    # one merge of every bin's windows and spans (merging them bin by bin re-grouped the growing
-    # frames once per bin: a fleet day's 1.5 M host-windows, 8 bins, ~8x the work)
-    wins = [sd["windows"] for sd in parts if sd["windows"].height]
     spans = [sd["spans"] for sd in parts if sd["spans"].height]
     found = [sd["findings"] for sd in parts if sd["findings"].height]
-    eng.absorb(EnginePart(pl.concat(found) if found else empty_findings(),
-                          merge_windows(wins[0], pl.concat(wins[1:])) if len(wins) > 1 else (wins or [empty_windows()])[0],
+    eng.absorb(EnginePart(pl.concat(found) if found else empty_findings(), _all_windows(bins, parts),
                           merge_spans(spans[0], pl.concat(spans[1:])) if len(spans) > 1 else (spans or [empty_spans()])[0],
                           {}, None, sum(sd["events"] for sd in parts), [g for sd in parts for g in sd["gpus"]]))
     eng.absorb(EnginePart(empty_findings(), empty_windows(), empty_spans(), ctx[2], ctx[0], 0))
@@ -609,6 +682,32 @@ def _assemble(bins: list[_Bin], owners: dict[str, int], taken: list[tuple[Any, I
                         elapsed_s=time.perf_counter() - t0)
 
 
+def _all_windows(bins: list[_Bin], parts: list[dict[str, Any]]) -> pl.DataFrame:
+    """Every bin's windows as one frame for ``Engine.absorb`` (which sorts it by key). A window's key
+    is (host, job, window start); the bins' hosts are disjoint (else ``conflicts`` had merged them:
+    checked again here from the hosts each side touched), so only rows without a host can share a
+    key across parts: those are merged (``merge_windows``), the rest only concatenated (each part's
+    keys are unique already) — the rows one ``merge_windows`` of every part gives, without grouping
+    ~1.5 M host-windows of a fleet day again. Hosts not disjoint: one merge of every part."""
+    wins = [sd["windows"] for sd in parts if sd["windows"].height]
+    if len(wins) < 2:
+        return (wins or [empty_windows()])[0]
+    sets = [bn.info["keys"].hosts for bn in bins if bn.info is not None]
+    if bins and bins[0].info is not None:
+        sets.append(bins[0].info["shared_hosts"])
+    if sum(len(h) for h in sets) != len(set().union(*sets)):
+        return merge_windows(wins[0], pl.concat(wins[1:]))
+    has = pl.col("host").is_not_null()
+    nulls = [w.filter(~has) for w in wins]
+    nulls = [w for w in nulls if w.height]
+    rest = [w.filter(has) for w in wins]
+    if len(nulls) > 1:
+        rest.append(merge_windows(nulls[0], pl.concat(nulls[1:])))
+    else:
+        rest.extend(nulls)
+    return pl.concat(rest)
+
+
 def replay_sharded(paths: Sequence[str | Path], options: ReplayOptions | None = None, *,
                    workers: int | None = None, address: str | None = None,
                    mode: str = "auto", bin_bytes: int | None = BIN_BYTES) -> ReplayResult:
@@ -629,21 +728,41 @@ def replay_sharded(paths: Sequence[str | Path], options: ReplayOptions | None = 
     # each Ray worker already has its share of the cores (POLARS_MAX_THREADS = cores / workers): a
     # parse thread per worker would oversubscribe them; the batches are the same either way
     read = replace(opts.read or ReadOptions(), parse_ahead=False)
-    ray = _ray(workers, address)
-    timings = {"ray_start": time.perf_counter() - t0}
-    have = max(1, int(ray.cluster_resources().get("CPU", 1)))
-    cpus = min(workers, have) if workers else have   # one actor per CPU: all of them hold their state at once
-    if mode != "read" and opts.out_dir is None and not opts.config.line_scores:
+    by_alloc = mode != "read" and opts.out_dir is None and not opts.config.line_scores
+    if mode == "allocation" and not by_alloc:
+        raise ConfigError("replay by allocation writes no report files and scores no lines (template rarity "
+                          "is over the whole site): leave out --out and --line-scores, or use mode read")
+    allocations = None
+    if by_alloc:
         acc = opts.accounting
         allocations = (acc if isinstance(acc, pl.DataFrame) else
                        None if acc is None or str(acc) == "sacct" else load_accounting(acc))
-        plan = plan_allocations(paths, cpus, read, allocations, bin_bytes=bin_bytes)
-        sizes = plan.bin_bytes()
-        if mode == "allocation" or (len(plan.bins) > 1 and max(sizes) <= GIANT_SHARE * sum(sizes)):
-            return _replay_by_allocation(ray, cpus, plan, paths, opts, read, allocations, t0, timings)
-    elif mode == "allocation":
-        raise ConfigError("replay by allocation writes no report files and scores no lines (template rarity "
-                          "is over the whole site): leave out --out and --line-scores, or use mode read")
+    # a local Ray's start mostly waits for its processes: the plan (a walk of the input, a stat and a
+    # 16 KiB head of every file) is made meanwhile, for ``workers`` hosts (a local Ray has that many CPUs)
+    pool = ThreadPoolExecutor(1) if by_alloc and workers is not None and address is None else None
+    early = (pool.submit(plan_allocations, paths, workers, read, allocations, bin_bytes=bin_bytes)
+             if pool is not None and workers is not None else None)
+    try:
+        ray = _ray(workers, address)
+        timings = {"ray_start": time.perf_counter() - t0}
+        have = max(1, int(ray.cluster_resources().get("CPU", 1)))
+        cpus = min(workers, have) if workers else have   # one actor per CPU: all of them hold their state at once
+        if by_alloc:
+            hosts = _Hosts(ray, cpus)
+            hosts.warm()                                 # their processes start while the plan is finished
+            try:
+                t = time.perf_counter()
+                plan = (early.result() if early is not None and cpus == workers else
+                        plan_allocations(paths, cpus, read, allocations, bin_bytes=bin_bytes))
+                timings["plan_wait"] = time.perf_counter() - t
+                sizes = plan.bin_bytes()
+                if mode == "allocation" or (len(plan.bins) > 1 and max(sizes) <= GIANT_SHARE * sum(sizes)):
+                    return _replay_by_allocation(ray, hosts, plan, paths, opts, read, allocations, t0, timings)
+            finally:
+                hosts.close()                            # (their CPUs to the read-parallel tasks)
+    finally:
+        if pool is not None:
+            pool.shutdown(wait=False, cancel_futures=True)
     return _replay_read_parallel(ray, paths, opts, read, 2 * cpus, t0, timings)
 
 
@@ -666,7 +785,8 @@ def replay_by_allocation(paths: Sequence[str | Path], options: ReplayOptions | N
     allocations = (acc if isinstance(acc, pl.DataFrame) else
                    None if acc is None or str(acc) == "sacct" else load_accounting(acc))
     plan = plan_allocations(paths, 1, read, allocations, bin_bytes=bin_bytes)
-    return _replay_by_allocation(_LocalRay(), 1, plan, paths, opts, read, allocations, t0, {})
+    local = _LocalRay()
+    return _replay_by_allocation(local, _Hosts(local, 1), plan, paths, opts, read, allocations, t0, {})
 
 
 def _timed(res: ReplayResult, timings: dict[str, float]) -> ReplayResult:

@@ -268,3 +268,53 @@ def test_local_workers_share_the_cores_in_polars_threads():
     assert worker_threads(2, 64, "4") == 4             # POLARS_MAX_THREADS asks for fewer
     assert worker_threads(2, 4, "16") == 2             # ... or more: the share wins
     assert worker_threads(2, 8, "lots") == 4
+
+
+def test_by_allocation_a_host_spills_all_but_the_bin_it_read_last(cluster_day, ray_local):
+    """A host of k bins writes k - 1 of them to disk (the one read last is judged first, from memory);
+    the result is the same as one process's."""
+    from recovery_logs.pipeline.scale import replay_by_allocation, replay_sharded
+
+    one = replay([cluster_day])
+    alone = replay_by_allocation([cluster_day], bin_bytes=1)            # 3 bins, one host
+    many = replay_sharded([cluster_day], workers=2, bin_bytes=1)        # 3 bins, two hosts
+    assert alone.to_dict() == one.to_dict() and many.to_dict() == one.to_dict()
+    assert alone.engine.stats["shard_bins"] == 3 and alone.engine.stats["shard_spills"] == 2
+    assert many.engine.stats["shard_spills"] == 1
+    hosts = {many.engine.stats[f"shard_bin{b}_host"] for b in range(3)}
+    assert hosts == {0, 1}
+
+
+def test_by_allocation_the_merged_windows_and_spans_equal_one_process_s(cluster_day, awkward_day, ray_local):
+    """The driver concatenates the bins' windows (their hosts are disjoint) and merges only the
+    host-less ones: the same frame, row for row, as one engine's windows (and spans)."""
+    from recovery_logs.pipeline.scale import replay_by_allocation, replay_sharded
+
+    hostless = cluster_day.parent / (cluster_day.name + "-hostless")
+    if not hostless.exists():      # two files that name no host and no job, each its own bin: their
+        shutil.copytree(cluster_day, hostless)      # windows share keys (no host, no job, a window)
+        for name in ("misc-a/notes.log", "misc-b/notes.log"):
+            (hostless / name).parent.mkdir(parents=True)
+            (hostless / name).write_text("".join(f"2026-11-29T14:0{m}:{s:02d}Z note {name[5]} {m} {s}\n"
+                                                 for m in range(3) for s in range(0, 60, 7)))
+    for day in (cluster_day, awkward_day, hostless):
+        one = replay([day])
+        if day is hostless:
+            nulls = one.engine.windows.filter(pl.col("host").is_null() & pl.col("job_id").is_null())
+            assert nulls.height >= 3 and nulls.get_column("lines").sum() == 2 * 27
+        for res in (replay_by_allocation([day], bin_bytes=1), replay_sharded([day], workers=2, bin_bytes=1)):
+            assert res.engine.windows.height > 100
+            if day is hostless:      # the two host-less files were judged apart
+                assert res.engine.stats["shard_bins"] == 5 and res.engine.stats["shard_merges"] == 0
+            assert res.engine.windows.equals(one.engine.windows) and res.engine.spans.equals(one.engine.spans)
+
+
+def test_by_allocation_a_plan_that_fails_lets_go_of_the_hosts(cluster_day, ray_local, tmp_path):
+    """The hosts start while the plan is made: a plan that fails (no such input) must not leave them
+    holding the local Ray's CPUs (the next replay would wait for them for ever)."""
+    from recovery_logs.errors import InputError
+    from recovery_logs.pipeline.scale import replay_sharded
+
+    with pytest.raises(InputError):
+        replay_sharded([tmp_path / "no-such-dir"], workers=2, mode="allocation")
+    assert replay_sharded([cluster_day], workers=2, bin_bytes=1).to_dict() == replay([cluster_day]).to_dict()
