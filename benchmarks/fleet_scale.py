@@ -33,33 +33,47 @@ CHILD = r"""
 import hashlib, json, os, resource, sys, threading, time
 mode, out, compact, limit_mb, bin_mb = sys.argv[1], sys.argv[2], int(sys.argv[3]), float(sys.argv[4]), float(sys.argv[5])
 paths = sys.argv[6:]
-peak = {"total": 0, "driver": 0, "workers": 0, "worker_max": 0}
+peak = {"total": 0, "driver": 0, "workers": 0, "worker_max": 0, "sampler_cpu_s": 0.0}
 cpu_seen = {}           # Ray process pid -> last sampled user + system CPU seconds (they end with the replay)
+def kind_of(cmd):
+    return ("hosts" if "BinHost" in cmd or "BinWorker" in cmd else "raylet" if "raylet" in cmd
+            else "gcs" if "gcs_server" in cmd else "other ray")
 def sample():
+    # the local Ray's processes are this one's descendants (gcs, raylet, dashboard, agents, log
+    # monitor; the workers under the raylet): looked for every 2 s (a scan of the process table is
+    # ~1.5-2.5 ms of this process's CPU, taken from the replay it measures), read every 0.2 s
     import psutil
     me = psutil.Process()
+    procs = {}
+    n = 0
     while True:
         drv = me.memory_info().rss
         wk, wmax = 0, 0
         if mode not in ("one", "alloc"):
-            for p in psutil.process_iter(["cmdline"]):
+            if n % 10 == 0:
+                for p in me.children(recursive=True):
+                    try:
+                        cmd = " ".join(p.cmdline())
+                        procs[p.pid] = (procs[p.pid][0] if p.pid in procs else p, kind_of(cmd), "ray::" in cmd)
+                    except Exception:
+                        pass
+            for pid, (p, kind, worker) in list(procs.items()):
                 try:
-                    cmd = " ".join(p.info["cmdline"] or [])
-                    if p.pid != me.pid and ("ray::" in cmd or "raylet" in cmd or "gcs_server" in cmd):
-                        r = p.memory_info().rss
-                        wk += r
-                        if "ray::" in cmd:
-                            wmax = max(wmax, r)
-                        ct = p.cpu_times()
-                        kind = ("hosts" if "BinHost" in cmd or "BinWorker" in cmd else "raylet" if "raylet" in cmd
-                                else "gcs" if "gcs_server" in cmd else "other ray")
-                        cpu_seen[p.pid] = (kind, ct.user + ct.system)
+                    r = p.memory_info().rss
+                    ct = p.cpu_times()
                 except Exception:
-                    pass
+                    del procs[pid]
+                    continue
+                wk += r
+                if worker:
+                    wmax = max(wmax, r)
+                cpu_seen[pid] = (kind, ct.user + ct.system)
+        n += 1
         peak["driver"] = max(peak["driver"], drv)
         peak["workers"] = max(peak["workers"], wk)
         peak["worker_max"] = max(peak["worker_max"], wmax)
         peak["total"] = max(peak["total"], drv + wk)
+        peak["sampler_cpu_s"] = time.thread_time()
         if limit_mb and (drv + wk) / 2**20 > limit_mb:     # never take the shared machine down
             print(json.dumps({"error": f"RSS {(drv + wk) / 2**20:.0f} MB above the limit {limit_mb:.0f} MB",
                               "after_s": time.perf_counter() - t}), flush=True)
@@ -93,7 +107,7 @@ print(json.dumps({"elapsed_s": el, "cpu_s": ru.ru_utime + ru.ru_stime,
                   "lines": r.summary["lines"], "events": r.summary["events"],
                   "incidents": r.summary["incidents"], "peak_rss_mb": max(rss, peak["total"]) / 2**20,
                   "driver_rss_mb": max(rss, peak["driver"]) / 2**20, "workers_rss_mb": peak["workers"] / 2**20,
-                  "worker_max_rss_mb": peak["worker_max"] / 2**20,
+                  "worker_max_rss_mb": peak["worker_max"] / 2**20, "sampler_cpu_s": peak["sampler_cpu_s"],
                   "digest": hashlib.sha256(text.encode()).hexdigest(),
                   "stages": {k[6:]: v for k, v in r.engine.stats.items() if k.startswith("shard_")}}))
 """
@@ -104,6 +118,50 @@ def child_argv(mode: str, paths: list[str], out: Path, compact: int = 0, limit_m
     """The command line of one ``CHILD`` run: the one place that knows its positional arguments
     (``compare_trees.py`` builds its runs with it too)."""
     return [sys.executable, "-c", CHILD, mode, str(out), str(compact), str(limit_mb), str(bin_mb), *paths]
+
+
+def _busy(spans: list[tuple[float, float]]) -> list[tuple[float, float]]:
+    out: list[tuple[float, float]] = []
+    for a, b in sorted(spans):
+        if out and a <= out[-1][1]:
+            out[-1] = (out[-1][0], max(out[-1][1], b))
+        else:
+            out.append((a, b))
+    return out
+
+
+def bin_report(st: dict) -> list[str]:
+    """Per bin and per host (``pipeline.scale._bin_trace``): lines, the read and judge steps' wall and
+    CPU, and how long the hosts ran together (what a second core can give is bounded by that)."""
+    bins = sorted({int(k[3:].split("_", 1)[0]) for k in st if k.startswith("bin") and k.endswith("_host")})
+    if not bins:
+        return []
+    g = lambda b, f: st.get(f"bin{b}_{f}", 0)  # noqa: E731
+    lines_all = sum(g(b, "lines") for b in bins) or 1
+    out = []
+    hosts: dict[int, dict] = {}
+    for b in bins:
+        h = hosts.setdefault(g(b, "host"), {"lines": 0, "spans": [], "read": 0.0, "judge": 0.0, "cpu": 0.0, "bins": 0})
+        h["lines"] += g(b, "lines")
+        h["bins"] += 1
+        for step in ("read", "judge"):
+            a, e = g(b, f"{step}_start_ms") / 1000, g(b, f"{step}_end_ms") / 1000
+            h["spans"].append((a, e))
+            h[step] += e - a
+            h["cpu"] += g(b, f"{step}_cpu_ms") / 1000
+        out.append(f"bin {b} on host {g(b, 'host')}: {g(b, 'lines'):>10,} lines ({g(b, 'bytes') / 1e6:6.1f} MB), read "
+                   f"{g(b, 'read_start_ms') / 1000:6.1f}-{g(b, 'read_end_ms') / 1000:6.1f} s (CPU "
+                   f"{g(b, 'read_cpu_ms') / 1000:5.1f} s), judge {g(b, 'judge_start_ms') / 1000:6.1f}-"
+                   f"{g(b, 'judge_end_ms') / 1000:6.1f} s (CPU {g(b, 'judge_cpu_ms') / 1000:5.1f} s)")
+    for k, h in sorted(hosts.items()):
+        busy = _busy(h["spans"])
+        out.append(f"host {k}: {h['bins']} bins, {h['lines']:,} lines ({h['lines'] / lines_all:.1%}), read {h['read']:.1f} s, "
+                   f"judge {h['judge']:.1f} s wall, CPU {h['cpu']:.1f} s; busy {busy[0][0]:.1f}-{busy[-1][1]:.1f} s")
+    if len(hosts) > 1:
+        sets = [_busy(h["spans"]) for h in hosts.values()]
+        both = sum(max(0.0, min(b1, b2) - max(a1, a2)) for a1, b1 in sets[0] for a2, b2 in sets[1]) if len(sets) == 2 else 0.0
+        out.append(f"hosts 0 and 1 both busy {both:.1f} s")
+    return out
 
 
 def run_child(mode: str, paths: list[str], out: Path, compact: int = 0, limit_mb: float = 0,
@@ -334,13 +392,17 @@ def main(argv: list[str] | None = None) -> int:
               f"{cpu:.1f} s ({r['lines'] / cpu:,.0f} lines per CPU-second)  {mem}  incidents {r['incidents']}  "
               f"sha256 {r['digest'][:16]}; load {os.getloadavg()[0]:.1f}", flush=True)
         if r.get("ray_cpu_s"):
-            print("    CPU by process: driver " + f"{r['cpu_s']:.1f} s, " + ", ".join(
+            print("    CPU by process: driver " + f"{r['cpu_s']:.1f} s (of it the benchmark's memory sampler "
+                  f"{r.get('sampler_cpu_s', 0):.1f} s), " + ", ".join(
                 f"{k} {v:.1f} s" for k, v in r["ray_cpu_s"].items()), flush=True)
         st = r["stages"]
         if st:
             print("    where its time went: " + ", ".join(
-                f"{k.removesuffix('_ms').replace('_', ' ')} {v / 1000:.1f} s" for k, v in st.items() if k.endswith("_ms"))
+                f"{k.removesuffix('_ms').replace('_', ' ')} {v / 1000:.1f} s" for k, v in st.items()
+                if k.endswith("_ms") and not k.startswith("bin"))
                 + f"; bins {st.get('bins', '-')}, merged groups {st.get('merges', 0)}", flush=True)
+            for line in bin_report(st):
+                print("    " + line, flush=True)
     if len(runs) > 1:
         first = next(iter(runs))
         base = runs[first]
