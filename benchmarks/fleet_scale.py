@@ -193,8 +193,9 @@ def _startup_cmd(tree: Path | None, args: list[str], env: dict[str, str]) -> tup
 def _import_split(cmd: list[str], env: dict[str, str]) -> str:
     """One run under ``-X importtime``: the time spent importing each of the big third-party
     packages (inclusive: pydantic imported by typer counts in both) and all imports together."""
-    p = subprocess.run([cmd[0], "-X", "importtime", *cmd[1:]], capture_output=True, text=True, env=env, cwd="/",
-                       check=True)
+    # (the console script is a Python file: run by this interpreter, which takes the -X option)
+    argv = [sys.executable, "-X", "importtime", *(cmd[1:] if cmd[0] == sys.executable else cmd)]
+    p = subprocess.run(argv, capture_output=True, text=True, env=env, cwd="/", check=True)
     rows = []
     for line in p.stderr.splitlines():
         parts = line.split("|")
