@@ -530,7 +530,7 @@ class VLPoller:
                 parts = pl.concat([store.filter(pl.col("fb") >= fb0), parts])
                 store = store.filter(pl.col("fb") < fb0)
             summed = parts.group_by(key).agg(pl.col("lines").sum(), pl.col("first").min(), pl.col("last").max())
-            self._store = pl.concat([store, summed.select(list(_STORE_SCHEMA)).cast(_HELD_SCHEMA)])
+            self._store = pl.concat([store, _held(summed)])
         if self.complete_ns is not None and self._store.height:
             fine = self.ledger.bucket_ns
             cut = (self.complete_ns - self.store_ns) // fine
