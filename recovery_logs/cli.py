@@ -12,6 +12,7 @@ other command modules are not imported. Every other command line goes to typer a
 
 from __future__ import annotations
 
+import errno
 import os
 import sys
 from collections.abc import Callable
@@ -130,8 +131,6 @@ class _QuietFlush:
         self.wrapped = wrapped
 
     def flush(self) -> None:
-        import errno
-
         try:
             self.wrapped.flush()
         except OSError as exc:
@@ -155,8 +154,6 @@ def _run_direct(call: Callable[[], int]) -> int:
     except KeyboardInterrupt:
         return 130
     except OSError as exc:
-        import errno
-
         if exc.errno != errno.EPIPE:
             raise
         sys.stdout = _QuietFlush(sys.stdout)
