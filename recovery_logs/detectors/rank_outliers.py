@@ -191,9 +191,10 @@ def _hosts_as_ranks(p: pl.DataFrame, min_ranks: int) -> pl.DataFrame:
     "rank" (``HOST_RANK`` on that host), so a node slower than its peers is compared like a rank. Lines with a
     rank keep it; a job whose rank-less lines come from fewer hosts is left as it was."""
     bare = pl.col("rank_line").is_null() & pl.col("host").is_not_null()
-    if p.filter(bare).is_empty():
+    rankless = p.filter(bare)
+    if rankless.is_empty():
         return p
-    many = (p.filter(bare).group_by(["job_id", "rule_id"]).agg(pl.col("host").n_unique().alias("_nh"))
+    many = (rankless.group_by(["job_id", "rule_id"]).agg(pl.col("host").n_unique().alias("_nh"))
             .filter(pl.col("_nh") >= min_ranks).drop("_nh").with_columns(pl.lit(True).alias("_many")))
     if many.is_empty():
         return p
