@@ -737,8 +737,8 @@ def replay_sharded(paths: Sequence[str | Path], options: ReplayOptions | None = 
         acc = opts.accounting
         allocations = (acc if isinstance(acc, pl.DataFrame) else
                        None if acc is None or str(acc) == "sacct" else load_accounting(acc))
-    # a local Ray's start mostly waits for its processes: the plan (a walk of the input, a stat and a
-    # 16 KiB head of every file) is made meanwhile, for ``workers`` hosts (a local Ray has that many CPUs)
+    # a local Ray's start mostly waits for its processes: the plan (a walk of the input, a stat and
+    # four 4 KiB samples of every file, shard_plan.estimate_lines) is made meanwhile, for ``workers`` hosts (a local Ray has that many CPUs)
     pool = ThreadPoolExecutor(1) if by_alloc and workers is not None and address is None else None
     early = (pool.submit(plan_allocations, paths, workers, read, allocations, bin_bytes=bin_bytes)
              if pool is not None and workers is not None else None)
