@@ -79,6 +79,17 @@ def test_progress_step_time_from_rates_and_phase_sums(pack) -> None:
     assert got["progress.iter_time"] == (1631, pytest.approx(0.56194))
 
 
+def test_older_deepspeed_timer_takes_the_current_rate_not_the_running_average(pack) -> None:
+    f = found(pack,
+              # deepspeedai/DeepSpeed#2629 (v0.7.7: epoch/step, then the running average before the current rate)
+              "stdout: [2022-12-20 08:26:26,101] [INFO] [timer.py:197:stop] 0/17, RunningAvgSamplesPerSec=158.31157878546472, "
+              "CurrSamplesPerSec=159.628891629629, MemAllocated=1.75GB, MaxMemAllocated=2.6GB",
+              # huggingface/transformers#14531 (older still: one rate)
+              "[2021-11-26 03:07:16,494] [INFO] [timer.py:181:stop] 0/2000, SamplesPerSec=9.526738918021234")
+    got = sorted(zip(f["step"].to_list(), f["step_time_s"].to_list(), strict=True))
+    assert got == [(17, pytest.approx(1 / 159.628891629629)), (2000, pytest.approx(1 / 9.526738918021234))]
+
+
 def test_kernel_stall_is_the_host_unless_a_gpu_fault_is_beside_it(tmp_path: Path) -> None:
     # torvalds/linux kernel/watchdog.c "BUG: soft lockup - CPU#%d stuck for %us! [%s:%d]"; an Xid on the same
     # node is the more specific cause (the stall is what the driver's fault looks like from the CPU)
