@@ -4,6 +4,7 @@ when present, against the issue-13 floors. Plus the harness's own behaviour on s
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -140,3 +141,20 @@ def test_holdout_is_at_least_a_quarter_of_the_corpus() -> None:
     assert len(holdout) / (len(dev) + len(holdout)) >= 0.25
     assert sum(e.benign for e in dev) + sum(e.benign for e in holdout) >= 40
     assert {e.url for e in holdout}.isdisjoint({e.url for e in dev}), "a held-out thread is also in dev"
+
+
+def _thread_refs(url: str) -> tuple[str, ...]:
+    """How a rule or a test names a thread: its URL, and ``owner/repo#N`` for a GitHub issue or PR."""
+    m = re.match(r"https://github\.com/([^/]+/[^/]+)/(?:issues|pull|discussions)/(\d+)$", url.rstrip("/"))
+    return (url.rstrip("/"),) + ((f"{m.group(1)}#{m.group(2)}",) if m else ())
+
+
+def test_no_rule_engine_module_or_test_cites_a_held_out_thread() -> None:
+    # A held-out thread a rule writer has read no longer predicts unseen logs: its wording may be in a rule.
+    root = CORPUS.parents[2]
+    refs = {r for e in load_corpus(CORPUS / "holdout") if e.url for r in _thread_refs(e.url)}
+    cited = re.compile("(?:" + "|".join(re.escape(r) for r in sorted(refs)) + r")(?![\w/])")
+    files = [*sorted((root / "rules").glob("*.toml")), *sorted((root / "recovery_logs").rglob("*.py")),
+             *sorted((root / "tests").rglob("*.py")), *sorted((CORPUS / "dev").glob("*.toml"))]
+    found = [f"{p.relative_to(root)}: {m.group(0)}" for p in files for m in cited.finditer(p.read_text(encoding="utf-8"))]
+    assert found == []
