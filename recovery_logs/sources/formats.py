@@ -95,9 +95,75 @@ RE_NCCL_HOST = r"^([A-Za-z0-9][\w.-]*):\d+:\d+ \[\d+\] NCCL "
 # a counter-like word ("rank3: ", "epoch2: ") is not a host either (RE_NOT_HOST). dshbak/clush -b blocks are not read.
 RE_HOST_LABEL = r"^([a-z][a-z0-9-]*[0-9][a-z0-9-]*(?:\.[a-z0-9-]+)*|[0-9]{1,3}(?:\.[0-9]{1,3}){3}): "
 RE_NOT_HOST = r"^(?:rank|local_rank|epoch|step|iter|iteration|batch|layer|cuda|device|gpu|worker|proc|task)[0-9]+$"
+# Wrappers a launcher puts in front of a job line, stripped with what they say kept (one capture-free gate,
+# RE_WRAP_TEST, admits the few lines that can hold one):
+# * Ray's worker-log prefix and vLLM's worker processes: "(RayWorkerVllm pid=306, ip=10.4.80.152) INFO …"
+#   (vllm-project/vllm#3722), "(train_rft pid=2657296) 2024-05-11 …" (NVIDIA/nccl#1283, a Ray actor on the
+#   driver's node: no ip), "(VllmWorker rank=1 pid=123) …"; the ip is the line's host, rank= its rank;
+# * Open MPI's `mpirun --tag-output` "[1,3]<stderr>:" (job id, rank) and Horovod's "[1]<stderr>:"
+#   (pytorch/ignite#3466: "[1]<stderr>:RuntimeError: ncclCommInitRank failed: …"): the rank;
+# * torchrun's `--tee` role prefix "[default0]:" (torch.distributed.elastic: "[{role}{local_rank}]:"): the
+#   local rank ("[rankN]:", the global rank, is RE_RANK's).
+RE_WRAP_TEST = r"^(?:\([A-Za-z_][\w.:-]* (?:rank=\d+ )?pid=|\(pid=|\[\d+(?:,\d+)?\]<std|\[[a-z_]+\d+\]:)"
+# Ray's log deduplication suffix on a wrapped line ("… [repeated 6x across cluster]", vllm-project/vllm#7896)
+RE_RAY_REPEAT = r" \[repeated \d+x across cluster\]$"
+RE_WRAP = (r"^(?:\((?:[A-Za-z_][\w.:-]* )?(?:rank=(\d+) )?pid=\d+(?:, ip=([0-9A-Za-z.:-]+))?\) ?"
+           r"|\[(?:\d+,)?(\d+)\]<std(?:out|err|diag)>: ?"
+           r"|\[[a-z_]+(\d+)\]: ?)")
+# ANSI colour / cursor sequences (coloured loggers, tqdm), removed wherever the line holds an ESC
+RE_ANSI = r"\x1b\[[0-9;?]*[A-Za-z]"
 RE_SD_JOB = r"""(?:job_id|jobid|slurm_job_id)="(\d+(?:[._]\w+)?)\""""
 RE_IPV4 = r"^\d+\.\d+\.\d+\.\d+$"
 
+
+
+_QUOTE_LEAD = re.compile(r"[ \t]*(?:>[ \t]?)*")
+
+
+def may_be_indented_paste(head: bytes) -> bool | None:
+    """The stream's first byte after its leading newlines is a blank or a '>' (only then can
+    ``paste_indent`` find an indent); None when ``head`` holds newlines only (not known yet)."""
+    i, n = 0, len(head)
+    while i < n and head[i] in (10, 13):
+        i += 1
+    return None if i == n else head[i] in (32, 9, 62)
+
+
+def paste_indent(head: bytes) -> str | None:
+    r"""The prefix every non-blank line of a pasted block shares, or None.
+
+    A log pasted into a GitHub comment as an indented code block, or quoted in an e-mail or a
+    markdown blockquote, has every line behind the same indent or ``> `` marks; read as it is, the
+    first line is a record and every other line, indented, its continuation. ``head`` is the start of
+    the stream (``DETECT_BYTES`` of it, or all of a shorter one): when every non-blank line of it (the
+    cut-off last piece aside) begins with the same run of blanks and ``>`` marks, that run is the
+    paste's indent, and the reader strips it from every line of the stream that begins with it. A
+    line that is only marks (``>``) counts as blank. One decision per stream, from its head, so any
+    chunking of the same bytes reads the same lines."""
+    if not may_be_indented_paste(head):
+        return None
+    pieces = head.decode("utf-8", errors="replace").split("\n")
+    if len(pieces) > 1 and not head.endswith(b"\n"):
+        pieces = pieces[:-1]
+    common: str | None = None
+    for p in pieces:
+        p = p.removesuffix("\r")
+        m = _QUOTE_LEAD.match(p)
+        lead = m.group(0) if m else ""
+        if len(lead) == len(p):       # blank, or marks only
+            continue
+        if common is None:
+            common = lead
+        else:
+            n = 0
+            for a, b in zip(common, lead, strict=False):
+                if a != b:
+                    break
+                n += 1
+            common = common[:n]
+        if not common:
+            return None
+    return common or None
 
 
 def _after(t: pl.Expr, regex: str) -> pl.Expr:
@@ -326,13 +392,33 @@ def parse_dmesg(lines: pl.DataFrame, ctx: ParseContext) -> pl.DataFrame:
 def parse_job(lines: pl.DataFrame, ctx: ParseContext) -> pl.DataFrame:
     """Job stdout/stderr: optional rank prefix, then glog / Python-logging / ISO time or none."""
     t = pl.col("text")
+    # ANSI colour codes anywhere in the line (a memchr test for ESC admits the lines)
+    esc = _mask(lines, t.str.contains("\x1b", literal=True))
+    if esc.any():
+        lines = _on_rows(lines, esc, {"_ansi": t.str.replace_all(RE_ANSI, "")})
+        lines = lines.with_columns(_ltext=pl.coalesce("_ansi", "text")).drop("_ansi")
+        t = pl.col("_ltext")
     # a pdsh/clush host label first (RE_HOST_LABEL): the rest of the line is read as if it stood alone
     labelled = _mask(lines, t.str.contains(RE_HOST_LABEL))
     if labelled.any():
         lh = t.str.extract(RE_HOST_LABEL, 1)
-        lines = _on_rows(lines, labelled, {"_lhost": pl.when(lh.str.contains(RE_NOT_HOST)).then(None).otherwise(lh)})
-        lines = lines.with_columns(_ltext=pl.when(pl.col("_lhost").is_not_null())
-                                   .then(t.str.replace(RE_HOST_LABEL, "")).otherwise(t))
+        is_host = ~lh.str.contains(RE_NOT_HOST)
+        lines = _on_rows(lines, labelled, {"_lhost": pl.when(is_host).then(lh),
+                                           "_lt": pl.when(is_host).then(t.str.replace(RE_HOST_LABEL, ""))})
+        lines = lines.with_columns(_ltext=pl.coalesce("_lt", t)).drop("_lt")
+        t = pl.col("_ltext")
+    # a launcher's wrapper (RE_WRAP: Ray/vLLM worker, mpirun --tag-output, torchrun --tee)
+    wrapped = _mask(lines, t.str.contains(RE_WRAP_TEST) & ~t.str.starts_with("[rank"))
+    if wrapped.any():
+        wg = t.str.extract_groups(RE_WRAP)
+        wf = lambda i: wg.struct.field(str(i))  # noqa: E731
+        rest = t.str.replace(RE_WRAP, "").str.replace(RE_RAY_REPEAT, "")
+        lines = _on_rows(lines, wrapped, {
+            "_wrank": pl.coalesce(wf(1), wf(3), wf(4)).cast(pl.Int32, strict=False),
+            "_wip": wf(2), "_wt": pl.when(t.str.contains(RE_WRAP)).then(rest)})
+        lines = lines.with_columns(_ltext=pl.coalesce("_wt", t),
+                                   _lhost=pl.coalesce(*(["_lhost"] if "_lhost" in lines.columns else []), "_wip"),
+                                   ).drop("_wt", "_wip")
         t = pl.col("_ltext")
     # the rank prefix, the glog and ISO times and the NCCL host are extracted only on the lines a
     # capture-free test admits (most job lines have no time, many no rank prefix)
@@ -341,6 +427,8 @@ def parse_job(lines: pl.DataFrame, ctx: ParseContext) -> pl.DataFrame:
         "rank": pl.coalesce(rk.struct.field("1"), rk.struct.field("2")).cast(pl.Int32, strict=False),
         "_body": t.str.replace(RE_RANK, "")})
     df = df.with_columns(body=pl.coalesce(pl.col("_body"), t)).drop("_body")
+    if "_wrank" in df.columns:
+        df = df.with_columns(rank=pl.coalesce("rank", "_wrank"))
     b = pl.col("body")
     df = df.with_columns(_is_g=b.str.contains(RE_GLOG).fill_null(False),
                          _is_i=b.str.contains(RE_ISO_LEAD).fill_null(False),

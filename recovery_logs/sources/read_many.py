@@ -25,7 +25,13 @@ from dataclasses import dataclass
 import polars as pl
 
 from recovery_logs.schema import QuarantineReason
-from recovery_logs.sources.formats import ParseContext, file_source_kind, parse_lines
+from recovery_logs.sources.formats import (
+    ParseContext,
+    file_source_kind,
+    may_be_indented_paste,
+    parse_lines,
+    paste_indent,
+)
 from recovery_logs.sources.read_common import (
     MAX_LINE_BYTES,
     QUARANTINE_RAW_BYTES,
@@ -37,7 +43,14 @@ from recovery_logs.sources.read_common import (
     empty_quarantine,
     strip_nul_prefix,
 )
-from recovery_logs.sources.read_text import HEAD_HOLD, _decode, _oversized_raw, group_records, path_field
+from recovery_logs.sources.read_text import (
+    DETECT_BYTES,
+    HEAD_HOLD,
+    _decode,
+    _oversized_raw,
+    group_records,
+    path_field,
+)
 
 __all__ = ["GROUP_BYTES", "GROUP_FILES", "SMALL_FILE_BYTES", "Prepared", "WholeFile", "finish_many", "parse_many",
            "prepare_many"]
@@ -123,6 +136,14 @@ def _lines(files: Sequence[WholeFile], stats: collections.Counter, quar: list[pl
         df = df.with_columns(pl.col("text").str.strip_suffix("\r"))
     if any(b"\x00" in b for b in blobs if b is not None):
         df = strip_nul_prefix(df, stats)
+    # job output pasted as an indented block: its indent stripped, as TextParser does (``paste_indent``)
+    indents = {fid: pre for fid, f in enumerate(files)
+               if f.fmt == "job" and may_be_indented_paste(f.data) and (pre := paste_indent(f.data[:DETECT_BYTES]))}
+    if indents:
+        fcol = pl.col("_fid")
+        ind = fcol.replace_strict(list(indents), list(indents.values()), default="", return_dtype=pl.String)
+        df = df.with_columns(text=pl.when(fcol.is_in(list(indents))).then(pl.col("text").str.strip_prefix(ind))
+                             .otherwise(pl.col("text")))
     stats["lines"] += df.height
     over = df.filter(pl.col("text").str.len_bytes() > MAX_LINE_BYTES)
     if over.height:

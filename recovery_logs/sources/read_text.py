@@ -30,7 +30,14 @@ import polars as pl
 
 from recovery_logs.errors import InputError
 from recovery_logs.schema import EVENT_SCHEMA, QuarantineReason
-from recovery_logs.sources.formats import TEXT_FORMATS, ParseContext, detect_format, parse_lines
+from recovery_logs.sources.formats import (
+    TEXT_FORMATS,
+    ParseContext,
+    detect_format,
+    may_be_indented_paste,
+    parse_lines,
+    paste_indent,
+)
 from recovery_logs.sources.lineformat import LINE_FORMAT, parse_line_format, select_line_format
 from recovery_logs.sources.read_common import (
     MAX_LINE_BYTES,
@@ -110,6 +117,10 @@ class TextParser:
         self._carry = pl.DataFrame(schema={"lineno": pl.Int64, "text": pl.String})
         self._last_ts: int | None = None   # time carried into the carried lines
         self._head_fill: int | None = None  # time for lines before the first timed line, once known
+        # job output pasted as an indented block: the indent every line carries (``paste_indent``),
+        # decided once from the stream's head; other formats have none
+        self._indent: str | None = None
+        self._indent_known = self.fmt not in (None, "job")
 
     @property
     def next_seq(self) -> int:
@@ -139,6 +150,13 @@ class TextParser:
                 return self._empty(stats)
             data, self._head = self._head, b""
             self._detect(data)
+        elif not self._indent_known:
+            # held only while the head could still be an indented paste (it starts with a blank)
+            self._head += data
+            if len(self._head) < DETECT_BYTES and not final and may_be_indented_paste(self._head) is not False:
+                return self._empty(stats)
+            data, self._head = self._head, b""
+            self._decide_indent(data)
         return self._process(data, final=final, stats=stats)
 
     def flush(self) -> Batch:
@@ -147,6 +165,9 @@ class TextParser:
         if self.fmt is None:
             data, self._head = self._head, b""
             self._detect(data)
+        elif not self._indent_known:
+            data, self._head = self._head, b""
+            self._decide_indent(data)
         return self._process(data, final=True, stats=stats)
 
     def drain(self) -> Batch:
@@ -162,6 +183,10 @@ class TextParser:
             data, self._head = self._head, b""
             self._detect(data)
             return self._process(data, final=False, stats=stats, drain=True)
+        if not self._indent_known:
+            data, self._head = self._head, b""
+            self._decide_indent(data)
+            return self._process(data, final=False, stats=stats, drain=True)
         return self._process(b"", final=False, stats=stats, drain=True)
 
     # --- internals ------------------------------------------------------------------------------
@@ -171,6 +196,13 @@ class TextParser:
             raise InputError(f"TextParser: {fmt} content is not a text stream; read it with iter_batches",
                              path=self.file)
         self.fmt = fmt
+        self._indent_known = fmt != "job"
+        if not self._indent_known:
+            self._decide_indent(head)
+
+    def _decide_indent(self, head: bytes) -> None:
+        self._indent = paste_indent(head[:DETECT_BYTES]) if self.fmt == "job" else None
+        self._indent_known = True
 
     def _empty(self, stats: collections.Counter) -> Batch:
         return Batch(pl.DataFrame(schema=EVENT_SCHEMA), empty_quarantine(), stats)
@@ -224,6 +256,8 @@ class TextParser:
               .with_columns(pl.col("lineno").cast(pl.Int64), pl.col("text").str.strip_suffix("\r")))
         if b"\x00" in complete:
             df = strip_nul_prefix(df, stats)
+        if self._indent:
+            df = df.with_columns(pl.col("text").str.strip_prefix(self._indent))
         n = df.height
         self._next_line = start + n
         stats["lines"] += n
