@@ -166,6 +166,14 @@ def paste_indent(head: bytes) -> str | None:
     return common or None
 
 
+def strip_paste_indent(text: pl.Expr, indent: pl.Expr | str) -> pl.Expr:
+    """``text`` without a paste's ``indent`` (``paste_indent``); a line that is only the indent's marks
+    (a quote's blank line, ``>``) is blank, as ``paste_indent`` counted it."""
+    ind = pl.lit(indent) if isinstance(indent, str) else indent
+    return (pl.when(text == ind.str.strip_chars_end(" \t")).then(pl.lit(""))
+            .otherwise(text.str.strip_prefix(ind)))
+
+
 def _after(t: pl.Expr, regex: str) -> pl.Expr:
     """The text after the match of ``regex`` (null where it does not match)."""
     return t.str.strip_prefix(t.str.extract(regex, 0))

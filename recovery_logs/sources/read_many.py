@@ -31,6 +31,7 @@ from recovery_logs.sources.formats import (
     may_be_indented_paste,
     parse_lines,
     paste_indent,
+    strip_paste_indent,
 )
 from recovery_logs.sources.read_common import (
     MAX_LINE_BYTES,
@@ -142,7 +143,7 @@ def _lines(files: Sequence[WholeFile], stats: collections.Counter, quar: list[pl
     if indents:
         fcol = pl.col("_fid")
         ind = fcol.replace_strict(list(indents), list(indents.values()), default="", return_dtype=pl.String)
-        df = df.with_columns(text=pl.when(fcol.is_in(list(indents))).then(pl.col("text").str.strip_prefix(ind))
+        df = df.with_columns(text=pl.when(fcol.is_in(list(indents))).then(strip_paste_indent(pl.col("text"), ind))
                              .otherwise(pl.col("text")))
     stats["lines"] += df.height
     over = df.filter(pl.col("text").str.len_bytes() > MAX_LINE_BYTES)

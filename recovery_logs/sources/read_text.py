@@ -37,6 +37,7 @@ from recovery_logs.sources.formats import (
     may_be_indented_paste,
     parse_lines,
     paste_indent,
+    strip_paste_indent,
 )
 from recovery_logs.sources.lineformat import LINE_FORMAT, parse_line_format, select_line_format
 from recovery_logs.sources.read_common import (
@@ -257,7 +258,7 @@ class TextParser:
         if b"\x00" in complete:
             df = strip_nul_prefix(df, stats)
         if self._indent:
-            df = df.with_columns(pl.col("text").str.strip_prefix(self._indent))
+            df = df.with_columns(text=strip_paste_indent(pl.col("text"), self._indent))
         n = df.height
         self._next_line = start + n
         stats["lines"] += n
