@@ -34,6 +34,7 @@ from recovery_logs.trust import CLAIM, JOB, JOB_LINE, NAMES, NODE, authority
 
 PCIE_FORM_FACTOR_RULE = "nvlink.pcie_form_factor"
 DRAINING_ACTIONS = frozenset({"drain_node_and_requeue", "reset_gpu"})
+MODEL_RULE_PREFIX = "textclass."   # detectors.textclass.RULE_PREFIX (not imported: numpy-free module)
 ROLE_WEIGHT = {"cause": 1.0, "symptom": 0.3, "breadcrumb": 0.15, "info": 0.05}
 BREADCRUMB_AFTER_CAUSE = 0.02
 HW_BONUS = 0.5
@@ -105,6 +106,19 @@ def fill_jobs(findings: pl.DataFrame, spans: pl.DataFrame, grace_s: float) -> pl
     return (findings.with_row_index("_rid").join(cand, on="_rid", how="left")
             .with_columns(pl.coalesce("job_id", "_job").alias("job_id"))
             .drop("_rid", "_job"))
+
+
+def drop_model_findings(findings: pl.DataFrame) -> pl.DataFrame:
+    """Drop the learned classifier's findings (``detectors.textclass``) of any job, or host without a
+    job, that a rule or a behavioural detector spoke about: a model finding never outranks, nor joins,
+    a rule's incident; it only names what nothing else named."""
+    is_model = pl.col("rule_id").str.starts_with(MODEL_RULE_PREFIX)
+    if findings.height == 0 or not findings.select(is_model.any()).item():
+        return findings
+    key = pl.coalesce(pl.lit("job:") + pl.col("job_id"), pl.lit("host:") + pl.col("host"), pl.lit("global"))
+    spoken = findings.filter(~is_model & (pl.col("role") != "info")).select(key.alias("_k")).unique()
+    return (findings.with_columns(key.alias("_k"))
+            .filter(~is_model | ~pl.col("_k").is_in(spoken.get_column("_k").implode())).drop("_k"))
 
 
 def group_findings(findings: pl.DataFrame, gap_s: float) -> pl.DataFrame:
@@ -250,8 +264,10 @@ def rank_key(i: Incident) -> tuple[Any, ...]:
     that cascaded to other nodes comes first, whatever the confidence of single-line incidents; an
     unconfirmed incident (the culprit's only evidence is a claim, or a suspect without its own fault
     line) ranks below a confirmed one of the same severity; an anomaly ("unlike anything seen before")
-    below a named failure of the same severity. ``pipeline.scale`` merges sharded results by it."""
-    return (not (i.confirmed and i.category in HARDWARE_CATEGORIES and len(i.nodes) > 1),
+    below a named failure of the same severity; an incident of the learned line classifier
+    (``detectors.textclass``) after all of them. ``pipeline.scale`` merges sharded results by it."""
+    return ((i.root_rule or "").startswith(MODEL_RULE_PREFIX),   # a learned classifier's incident after every other
+            not (i.confirmed and i.category in HARDWARE_CATEGORIES and len(i.nodes) > 1),
             -SEVERITY_RANK.get(i.severity, 0), not i.confirmed,
             i.category == Category.ANOMALY.value, -i.confidence, i.first_seen, i.id)
 
@@ -314,7 +330,9 @@ class Attributor:
         f = findings.filter(pl.col("category") != PROGRESS_CATEGORY)
         if f.height == 0:
             return []
-        f = fill_jobs(f, spans, cfg.job_span_grace_s)
+        f = drop_model_findings(fill_jobs(f, spans, cfg.job_span_grace_s))
+        if f.height == 0:
+            return []
         f = f.with_columns(authority(f))
         escal = repeated_app_xids(f, cfg.repeat_app_xid_jobs)
         grouped = group_findings(f, cfg.incident_gap_s)

@@ -33,6 +33,10 @@ class EngineConfig:
                         None (the default): on exactly when a site line format (``--line-format``,
                         ``[[line_formats]]``) reads the input — logs no rule was written for — and off
                         for the built-in formats, whose faults the rules name; True/False: always/never
+    textclass           the learned line classifier (``detectors.textclass``): gated lines no rule won,
+                        classified into a named category where the model is confident (low/medium
+                        ``investigate`` findings that never outrank a rule's); off by default (opt in with
+                        ``[engine] textclass = true``: see models/MODEL_CARD.md for what it gains and costs)
     """
 
     window_s: float = 60.0
@@ -49,6 +53,7 @@ class EngineConfig:
     rules_dir: Path | None = None
     models_dir: Path | None = None
     line_scores: bool | None = None
+    textclass: bool = False
 
     def __post_init__(self) -> None:
         for name in ("window_s", "incident_gap_s", "job_span_grace_s"):
@@ -61,6 +66,8 @@ class EngineConfig:
                               value=self.drain_min_confidence)
         if self.line_scores is not None and not isinstance(self.line_scores, bool):
             raise ConfigError("engine config: line_scores must be true or false", value=self.line_scores)
+        if not isinstance(self.textclass, bool):
+            raise ConfigError("engine config: textclass must be true or false", value=self.textclass)
         if self.evidence_max < 1:
             raise ConfigError("engine config: evidence_max must be >= 1", value=self.evidence_max)
 

@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from recovery_logs.config import EngineConfig
 from recovery_logs.detectors.rulepack import load_packs
 from recovery_logs.errors import ConfigError, InputError, RecoveryLogsError
 from recovery_logs.pipeline.engine import Engine
@@ -238,8 +239,8 @@ ReplayFn = Callable[[Path], list[Any]]
 class CorpusReplay:
     """Replays one excerpt file through ``pipeline.replay`` with a fresh Engine sharing one loaded pack."""
 
-    def __init__(self) -> None:
-        self._opts = ReplayOptions()
+    def __init__(self, config: EngineConfig | None = None) -> None:
+        self._opts = ReplayOptions() if config is None else ReplayOptions(config=config)
         self._pack = load_packs(self._opts.config.rules_dir)
 
     def __call__(self, path: Path) -> list[Any]:
@@ -343,6 +344,7 @@ class CorpusOptions:
     max_crashes: int = 0
     workers: int = 0                 # processes for the default replay; 0 = default_workers()
     replay: ReplayFn | None = None
+    config: EngineConfig | None = None   # the engine config of the default replay (None: defaults)
 
     def check(self) -> None:
         if not 0.0 <= self.min_category <= 1.0:
@@ -372,9 +374,9 @@ def floors(split: SplitReport, o: CorpusOptions) -> list[str]:
 _WORKER_REPLAY: CorpusReplay | None = None
 
 
-def _worker_init() -> None:
+def _worker_init(config: EngineConfig | None) -> None:
     global _WORKER_REPLAY
-    _WORKER_REPLAY = CorpusReplay()
+    _WORKER_REPLAY = CorpusReplay(config)
 
 
 def _worker_run(job: tuple[Excerpt, str]) -> ExcerptResult:
@@ -382,7 +384,8 @@ def _worker_run(job: tuple[Excerpt, str]) -> ExcerptResult:
     return run_excerpt(job[0], Path(job[1]), _WORKER_REPLAY)
 
 
-def run_all(excerpts: list[Excerpt], replay_fn: ReplayFn | None, workers: int) -> list[ExcerptResult]:
+def run_all(excerpts: list[Excerpt], replay_fn: ReplayFn | None, workers: int,
+            config: EngineConfig | None = None) -> list[ExcerptResult]:
     """Replay every excerpt on its own (one engine each: no excerpt sees another's lines or clock).
 
     The default replay runs in ``workers`` processes (spawned, each loading the pack and model once);
@@ -392,17 +395,17 @@ def run_all(excerpts: list[Excerpt], replay_fn: ReplayFn | None, workers: int) -
         root = Path(tmp)
         files = [excerpt_file(root, i, ex) for i, ex in enumerate(excerpts)]
         if replay_fn is not None or workers <= 1 or len(excerpts) < 2 * workers:
-            fn = replay_fn or CorpusReplay()
+            fn = replay_fn or CorpusReplay(config)
             return [run_excerpt(ex, p, fn) for ex, p in zip(excerpts, files, strict=True)]
         ctx = multiprocessing.get_context("spawn")
-        with ctx.Pool(workers, initializer=_worker_init) as pool:
+        with ctx.Pool(workers, initializer=_worker_init, initargs=(config,)) as pool:
             return pool.map(_worker_run, [(ex, str(p)) for ex, p in zip(excerpts, files, strict=True)],
                             chunksize=max(1, len(excerpts) // (4 * workers)))
 
 
 def evaluate_split(name: str, excerpts: list[Excerpt], replay_fn: ReplayFn | None = None,
-                   workers: int = 1) -> SplitReport:
-    results = run_all(excerpts, replay_fn, workers)
+                   workers: int = 1, config: EngineConfig | None = None) -> SplitReport:
+    results = run_all(excerpts, replay_fn, workers, config)
     return SplitReport(name=name, results=results, totals=split_totals(results), per_family=per_family(results),
                        per_category=per_category(results), hidden=name in HIDDEN_SPLITS)
 
@@ -427,7 +430,7 @@ def evaluate_corpus(root: str | Path, options: CorpusOptions | None = None) -> C
                 raise InputError("corpus: excerpt id used in two splits", id=ex.id, splits=f"{seen[ex.id]}, {name}")
             seen[ex.id] = name
     workers = o.workers or default_workers()
-    reports = [evaluate_split(name, excerpts, o.replay, workers) for name, excerpts in splits]
+    reports = [evaluate_split(name, excerpts, o.replay, workers, o.config) for name, excerpts in splits]
     missed = [m for r in reports for m in floors(r, o)]
     return CorpusReport(splits=reports, missed=missed, wall_s=time.perf_counter() - t0)
 

@@ -72,9 +72,13 @@ def print_report(report: CorpusReport, console: Console, show_misses: bool) -> N
 
 
 def run_corpus_eval(corpus: Path, *, as_json: bool, show_misses: bool, min_category: float,
-                    max_benign_actions: int, width: int | None, min_holdout_category: float | None = None) -> None:
+                    max_benign_actions: int, width: int | None, min_holdout_category: float | None = None,
+                    config: Path | None = None) -> None:
+    from recovery_logs.config import load_config
+
+    cfg = load_config(config) if config is not None else None
     report = evaluate_corpus(corpus, CorpusOptions(min_category=min_category, max_benign_actions=max_benign_actions,
-                                                   holdout_min_category=min_holdout_category))
+                                                   holdout_min_category=min_holdout_category, config=cfg))
     if as_json:
         sys.stdout.write(json.dumps(report.to_dict(show_misses), indent=2) + "\n")
     else:

@@ -67,6 +67,8 @@ def register(app: typer.Typer) -> None:
             "--min-holdout-category", help="--corpus: category floor of the held-out split (default: --min-category)")] = None,
         max_benign_actions: Annotated[int, typer.Option("--max-benign-actions", help="--corpus: ceiling on benign "
                                                         "excerpts with drain/reset/requeue/cancel")] = 0,
+        config: Annotated[Path | None, typer.Option("--config", help="--corpus: engine config TOML ([engine]) of "
+                                                    "the replays, e.g. to score `textclass = true`")] = None,
         as_json: Annotated[bool, typer.Option("--json", help="print the report as JSON")] = False,
         input_kind: Annotated[str, typer.Option("--input", help="auto | text | vl")] = "auto",
         min_top1: Annotated[float, typer.Option("--min-top1", help="floor: top-1 culprit rate (node-level runs)")] = 0.0,
@@ -100,9 +102,11 @@ def register(app: typer.Typer) -> None:
             run_corpus_eval(corpus, as_json=as_json, show_misses=show_misses,
                             min_category=0.90 if min_category is None else min_category,
                             min_holdout_category=min_holdout_category,
-                            max_benign_actions=max_benign_actions, width=width)
+                            max_benign_actions=max_benign_actions, width=width, config=config)
             return
         assert directory is not None
+        if config is not None:
+            raise ConfigError("eval: --config applies to --corpus runs only", config=str(config))
         opts = EvalOptions(input=input_kind, min_top1=min_top1, min_top3=min_top3,
                            min_category=0.0 if min_category is None else min_category,
                            max_innocent_drains=max_innocent_drains, max_latency_s=max_latency,

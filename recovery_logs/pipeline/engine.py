@@ -20,6 +20,7 @@ import polars as pl
 
 from recovery_logs.attribution import Attributor, rank_key
 from recovery_logs.config import EngineConfig
+from recovery_logs.detectors import textclass
 from recovery_logs.detectors.anomaly import AnomalyDetector
 from recovery_logs.detectors.base import DetectContext, Detector
 from recovery_logs.detectors.hangs import HangDetector
@@ -188,6 +189,11 @@ class Engine:
 
     def _partial(self, events: pl.DataFrame, count_lines: bool, own: bool) -> EnginePart:
         found = match(events, self.pack)
+        if self.config.textclass:   # lines no rule won, where the learned classifier is confident
+            mdir = str(self.config.models_dir) if self.config.models_dir else None
+            extra = textclass.classify_unclaimed(events, found, lambda: textclass.default_model(mdir))
+            if extra.height:
+                found = extra if found.height == 0 else pl.concat([found, extra]).sort("seq", maintain_order=True)
         if found.height:
             found = subject_host(fill_gpu(found))
             if own:
