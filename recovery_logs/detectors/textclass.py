@@ -196,10 +196,8 @@ def classify_unclaimed(events: pl.DataFrame, found: pl.DataFrame, model: TextMod
     """FINDING_SCHEMA rows for the batch's gated lines no rule won where the model is confident.
     Each distinct masked template is classified once. ``model`` may be a loader, called only when
     some line passes the gate (a batch without one never loads the model)."""
-    claimed = found.get_column("seq") if found.height else None
-    ev = events.filter(pl.col("message").str.contains(GATE))
-    if claimed is not None and ev.height:
-        ev = ev.filter(~pl.col("seq").is_in(claimed.implode()))
+    ev = events.filter(~pl.col("seq").is_in(found.get_column("seq").implode())) if found.height else events
+    ev = ev.filter(pl.col("message").str.contains(GATE))
     if ev.height == 0:
         return empty_findings()
     if not isinstance(model, TextModel):

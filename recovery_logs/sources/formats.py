@@ -38,6 +38,7 @@ from __future__ import annotations
 import functools
 import io
 import json
+import os
 import re
 import zlib
 from dataclasses import dataclass
@@ -152,15 +153,7 @@ def paste_indent(head: bytes) -> str | None:
         lead = m.group(0) if m else ""
         if len(lead) == len(p):       # blank, or marks only
             continue
-        if common is None:
-            common = lead
-        else:
-            n = 0
-            for a, b in zip(common, lead, strict=False):
-                if a != b:
-                    break
-                n += 1
-            common = common[:n]
+        common = lead if common is None else os.path.commonprefix([common, lead])
         if not common:
             return None
     return common or None

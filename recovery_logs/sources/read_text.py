@@ -197,9 +197,7 @@ class TextParser:
             raise InputError(f"TextParser: {fmt} content is not a text stream; read it with iter_batches",
                              path=self.file)
         self.fmt = fmt
-        self._indent_known = fmt != "job"
-        if not self._indent_known:
-            self._decide_indent(head)
+        self._decide_indent(head)
 
     def _decide_indent(self, head: bytes) -> None:
         self._indent = paste_indent(head[:DETECT_BYTES]) if self.fmt == "job" else None
