@@ -84,6 +84,18 @@ class XidEntry:
     cause: str
 
 
+def minimal_substrings(lits: Iterable[str]) -> tuple[str, ...]:
+    """``lits`` without any that contains another, sorted: a line contains one of the result
+    exactly when it contains one of ``lits``. Shortest first: a literal that contains another
+    contains a kept one (containment is transitive), so each is tested against the kept few only
+    (the default packs: 961 literals, 797 kept, 0.026 s against 0.077 s for testing every pair)."""
+    kept: list[str] = []
+    for x in sorted(set(lits), key=lambda s: (len(s), s)):
+        if not any(k in x for k in kept):
+            kept.append(x)
+    return tuple(sorted(kept))
+
+
 @dataclass(frozen=True)
 class RulePack:
     rules: tuple[Rule, ...]
@@ -129,8 +141,7 @@ class RulePack:
         if self.every_line_needed():
             return None
         active = [r for r in self.rules if not r.suppress]
-        lits = sorted({lit for r in active for lit in r.literals} | {x for x in extra if x})
-        return tuple(x for x in lits if not any(y != x and y in x for y in lits))
+        return minimal_substrings({lit for r in active for lit in r.literals} | {x for x in extra if x})
 
     def logsql_prefilter(self) -> str:
         """A VictoriaLogs LogsQL filter that keeps every line any rule could match.
@@ -439,4 +450,4 @@ def _cache_write(key: str, pack: RulePack) -> None:
 
 
 __all__ = ["CATALOG_FILE", "STEP_PART_PREFIX", "Rule", "RulePack", "XidEntry", "cache_dir", "default_rules_dir",
-           "load_packs"]
+           "load_packs", "minimal_substrings"]

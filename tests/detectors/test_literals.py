@@ -6,6 +6,8 @@ from __future__ import annotations
 import re
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from recovery_logs.detectors.literals import (
     logsql_any,
@@ -14,7 +16,7 @@ from recovery_logs.detectors.literals import (
     phrase_core,
     word_char,
 )
-from recovery_logs.detectors.rulepack import load_packs
+from recovery_logs.detectors.rulepack import load_packs, minimal_substrings
 from recovery_logs.detectors.rules import match
 from recovery_logs.testing import make_events
 
@@ -85,3 +87,14 @@ def test_logsql_filters_escape_and_and_the_phrase_in():
     assert logsql_literal('say "hi" now', phrase=False) == '_msg:~"say \\"hi\\" now"'
     assert logsql_any([]) == "*"
     assert logsql_any(["a b c", "zz"]) == '((_msg:"b" AND _msg:~"a b c") OR _msg:~"zz")'
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.text(alphabet="abc", min_size=1, max_size=4), max_size=12))
+def test_minimal_substrings_is_the_pairwise_definition(lits):
+    # a literal is dropped when it contains another: the shortest-first pass gives the same set
+    # as testing every pair (the definition), and a text holds one of either set alike
+    want = tuple(x for x in sorted(set(lits)) if not any(y != x and y in x for y in set(lits)))
+    assert minimal_substrings(lits) == want
+    for text in ("", "abcabc", "cba", "aab", "ccc"):
+        assert any(x in text for x in want) == any(x in text for x in lits)
