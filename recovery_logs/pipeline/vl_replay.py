@@ -367,19 +367,19 @@ def _replay_local(early: _EarlyExport, query: str, opts: ReplayOptions, eng: Eng
     engine's pack), beside the export in its pool; only the needed rows become events."""
     eng.count_lines = False
     counts: list[pl.DataFrame] = []
-    parts: list[tuple[pl.DataFrame, pl.DataFrame, int]] = []
     fetched = [0]
     rules = {r.id: r for r in eng.pack.rules}
+    box = {"summarised": 0, "seq": 1 << 40}      # the summaries' seqs: after every fetched line's
 
     def select(df: pl.DataFrame) -> tuple[pl.DataFrame, Any]:     # in the export pool
         rows, c, p = split_frame(df, split, read)
         return rows, (c, progress_parts(p, rules, eng.config.window_s))
 
-    def collect(extra: Any) -> None:      # in slice order
+    def collect(extra: Any) -> None:      # in slice order, in this thread, while later slices export
         counts.append(extra[0])
-        parts.extend(extra[1])
-
-    box = {"summarised": 0}
+        # folded in now, not after the export: ~0.1 s per 450 k summarised lines off the serial tail
+        box["seq"], n = absorb_parts(eng, extra[1], box["seq"])
+        box["summarised"] += n
 
     def batches() -> Iterator[Batch]:
         for b in early.start(select, collect):
@@ -391,7 +391,6 @@ def _replay_local(early: _EarlyExport, query: str, opts: ReplayOptions, eng: Eng
             yield Batch(b.events, b.quarantine, st)
         merged = _merge_counts(counts) if counts else pl.DataFrame(schema=COUNT_SCHEMA)
         total = eng.absorb_counts(merged)
-        _, box["summarised"] = absorb_parts(eng, parts, 1 << 40)     # after every fetched line's seq
         dups = int(merged["duplicates"].sum()) if merged.height else 0
         yield Batch(pl.DataFrame(schema=EVENT_SCHEMA), empty_quarantine(),
                     collections.Counter(lines=total + dups, duplicates=dups))
