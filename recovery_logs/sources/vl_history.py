@@ -219,21 +219,14 @@ def history_batches_fast(client: VictoriaLogsClient, query: str, start_ns: int, 
     rows a selection mostly drops)."""
     opts = opts or ReadOptions()
     full = vl_columns(tuple(opts.host_fields))
-    scope = plan_query or query
-    # the three index queries at once (each a round trip of 20-80 ms; one after the other they
-    # held back the first export by ~0.15 s)
-    with ThreadPoolExecutor(max_workers=3) as meta:
-        f_keys = meta.submit(present_fields, client, scope, start_ns, end_ns, full)
-        f_smap = meta.submit(stream_map, client, scope, start_ns, end_ns)
-        f_slices = meta.submit(plan_slices, client, scope, start_ns, end_ns, slice_rows)
-        keys = f_keys.result() or full
-        # the export without _stream_id, got back by a join on the stream fields (see stream_map)
-        smap = f_smap.result() if "_stream_id" in keys else None
-        slices = f_slices.result()
+    keys = present_fields(client, plan_query or query, start_ns, end_ns, full) or full
     q = f"{query} | fields {', '.join(keys)}"
+    # the export without _stream_id, got back by a join on the stream fields (see stream_map)
+    smap = stream_map(client, plan_query or query, start_ns, end_ns) if "_stream_id" in keys else None
     if smap is not None:
         lean = (*(k for k in keys if k != "_stream_id"), *(f for f in smap[0] if f not in keys))
         q_lean = f"{query} | fields {', '.join(lean)}"
+    slices = plan_slices(client, plan_query or query, start_ns, end_ns, slice_rows)
     file = f"victorialogs:{client.base_url}"
     seq = 0
     order = (*dict.fromkeys((*keys, *full)), "_ts")
