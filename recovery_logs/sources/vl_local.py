@@ -67,7 +67,13 @@ def step_prefix(pattern: str) -> str | None:
     pattern's on every single-line message the whole pattern matches: ``A`` and the digits
     match one way only at each place, and a ``C`` after a later ``step`` is also after an earlier
     one (no line break between). Capturing with the prefix is ~2.5x cheaper (450 k progress lines:
-    0.17 vs 0.43 CPU-s); None for any other shape (the whole pattern is used)."""
+    0.17 vs 0.43 CPU-s); None for any other shape (the whole pattern is used).
+
+    The prefix comes back in ASCII classes (``(?-u:\\b)``, ``[0-9]``, the six ASCII spaces for
+    ``\\s``): it is applied only to lines a :class:`ProgressSpec` selects, which are ASCII, and on
+    ASCII text the Unicode and ASCII classes match the same characters; without Unicode word
+    boundaries the regex engine resolves the capture with its one-pass DFA (112 k progress lines:
+    0.026 instead of 0.060 CPU-s)."""
     if pattern.count(_STEP_GROUP) != 1:
         return None
     a, rest = pattern.split(_STEP_GROUP)
@@ -83,7 +89,11 @@ def step_prefix(pattern: str) -> str | None:
     body = head.removeprefix("\\b").removesuffix("\\b")
     if not body[:1].isalpha() or not body.isascii() or not all(c.isalnum() or c == "_" for c in body):
         return None      # one word: a later match cannot start inside an earlier one
-    return a + _STEP_GROUP + "\\b"
+    return f"{head.replace(chr(92) + 'b', _ASCII_B)}[{cls.replace(chr(92) + 's', _ASCII_SPACE)}]+(?P<step>[0-9]+){_ASCII_B}"
+
+
+_ASCII_B = "(?-u:\\b)"
+_ASCII_SPACE = "\\t\\n\\x0B\\f\\r "     # what \s matches among ASCII characters
 
 
 @dataclass(frozen=True)
