@@ -57,6 +57,8 @@ def _any(msg: pl.Expr, lits: Sequence[str], regex: str | None) -> pl.Expr:
 
 _STEP_GROUP = "(?P<step>\\d+)"
 _STEP_TAIL = "\\b[^\\n]*?"
+_ASCII_B = "(?-u:\\b)"
+_ASCII_SPACE = "\\t\\n\\x0B\\f\\r "     # what \s matches among ASCII characters
 
 
 @functools.lru_cache(maxsize=256)
@@ -89,11 +91,8 @@ def step_prefix(pattern: str) -> str | None:
     body = head.removeprefix("\\b").removesuffix("\\b")
     if not body[:1].isalpha() or not body.isascii() or not all(c.isalnum() or c == "_" for c in body):
         return None      # one word: a later match cannot start inside an earlier one
-    return f"{head.replace(chr(92) + 'b', _ASCII_B)}[{cls.replace(chr(92) + 's', _ASCII_SPACE)}]+(?P<step>[0-9]+){_ASCII_B}"
-
-
-_ASCII_B = "(?-u:\\b)"
-_ASCII_SPACE = "\\t\\n\\x0B\\f\\r "     # what \s matches among ASCII characters
+    head, cls = head.replace("\\b", _ASCII_B), cls.replace("\\s", _ASCII_SPACE)
+    return f"{head}[{cls}]+(?P<step>[0-9]+){_ASCII_B}"
 
 
 @dataclass(frozen=True)
