@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
+from recovery_logs.analysis import corpus_eval
 from recovery_logs.analysis.corpus_eval import (
     CorpusOptions,
     Excerpt,
@@ -116,6 +117,21 @@ def test_splits_and_hidden_holdout_misses(tmp_path: Path) -> None:
     assert hidden["splits"]["dev"]["misses"][0]["id"] == "dev-miss"   # dev misses are always listed
     assert shown["splits"]["dev"]["totals"]["category_accuracy"] == 0.5
     json.dumps(shown)
+
+
+def test_one_pool_for_every_split_returns_each_splits_results_in_order(tmp_path: Path, monkeypatch) -> None:
+    fell = "NVRM: Xid (PCI:0000:3b:00): 79, pid=1234, GPU has fallen off the bus."
+    oom = "[ 812.331] Out of memory: Killed process 4321 (python) total-vm:81234567kB"
+    texts = [fell, "nothing interesting here", oom, fell.replace("79", "48"), "all quiet"]
+    for i, t in enumerate(texts):
+        _write(tmp_path / ("dev" if i < 3 else "holdout"), f"x-{i}", t)
+    here = evaluate_corpus(tmp_path, CorpusOptions(min_category=0.0, workers=1))
+    monkeypatch.setattr(corpus_eval, "MIN_EXCERPTS_FOR_POOL", 0)   # a pool even for five excerpts
+    pooled = evaluate_corpus(tmp_path, CorpusOptions(min_category=0.0, workers=2))
+    assert [[r.excerpt.id for r in s.results] for s in pooled.splits] == [["x-0", "x-1", "x-2"], ["x-3", "x-4"]]
+    assert [[r.to_dict() for r in s.results] for s in pooled.splits] == \
+        [[r.to_dict() for r in s.results] for s in here.splits]
+    assert pooled.splits[0].results[0].category == "xid" and pooled.splits[0].results[1].incidents == 0
 
 
 def test_scoring_rules() -> None:
