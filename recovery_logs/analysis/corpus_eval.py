@@ -427,14 +427,9 @@ def split_report(name: str, results: list[ExcerptResult]) -> SplitReport:
                        per_category=per_category(results), hidden=name in HIDDEN_SPLITS)
 
 
-def evaluate_split(name: str, excerpts: list[Excerpt], replay_fn: ReplayFn | None = None,
-                   workers: int = 1, config: EngineConfig | None = None) -> SplitReport:
-    return split_report(name, run_all(excerpts, replay_fn, workers, config))
-
-
 def default_workers() -> int:
     """Processes for the default replay: two on a 2-core machine (measured 2026-12-03: the 717-excerpt
-    corpus in 62 s with two, 106 s with one), at most four, about one per two cores above that."""
+    corpus in 63 s with two, 95 s with one, one run each), at most four, about one per two cores above that."""
     cpus = os.cpu_count() or 1
     return 1 if cpus < 2 else min(4, max(2, cpus // 2))
 
@@ -459,6 +454,6 @@ def evaluate_corpus(root: str | Path, options: CorpusOptions | None = None) -> C
 
 
 __all__ = ["ACTIONS", "CATEGORIES", "FAMILIES", "CorpusOptions", "CorpusReplay", "CorpusReport", "Excerpt",
-           "ExcerptResult", "SplitReport", "action_class", "discover_splits", "evaluate_corpus", "evaluate_split",
+           "ExcerptResult", "SplitReport", "action_class", "discover_splits", "evaluate_corpus",
            "load_corpus", "load_excerpt", "per_category", "per_family", "run_all", "run_groups", "split_report",
            "split_totals"]
