@@ -71,9 +71,11 @@ RE_3164 = (r"^(?:<\d{1,3}>)?([A-Z][a-z]{2}) +(\d{1,2}) (\d{2}:\d{2}:\d{2})(?:\.(
 # matches with the same groups (its greedy optional host takes that same first token; ``_rfc3164``)
 RE_3164_HOST = (r"^(?:<\d{1,3}>)?([A-Z][a-z]{2}) +(\d{1,2}) (\d{2}:\d{2}:\d{2})(?:\.(\d{1,9}))? "
                 r"(\S+) ([^\s:\[]+)(?:\[\d+\])?: ?")
-# rsyslog high-precision template: ISO time, host, program
+# rsyslog high-precision template (and journalctl -o short-iso): ISO time, host, program. The host holds no bracket
+# and does not end in ':', the program does not start with a digit: a collector's bare stamp in front of a program's
+# own line ("<time> slurmstepd: error: ...", "<time> [12.3] NVRM: ...", "<time> Core 0: +100.0°C") is no syslog header
 RE_ISOSYSLOG = (r"^(\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(?:\.\d{1,9})?(?:Z|[+-]\d{2}:?\d{2})) "
-                r"(\S+) ([^\s:\[]+)(?:\[\d+\])?: ?")
+                r"([^\s\[\]]*[^\s:\[\]]) ([^\s:\[0-9][^\s:\[]*)(?:\[\d+\])?: ?")
 RE_UPTIME_PREFIX = r"^\[\s*\d+\.\d+\]\s?"
 RE_DMESG = r"^\[\s*(\d+)\.(\d+)\] ?"
 RE_DMESG_T = r"^\[([A-Z][a-z]{2} [A-Z][a-z]{2} +\d{1,2} \d{2}:\d{2}:\d{2} \d{4})\] ?"
@@ -84,6 +86,9 @@ RE_GLOG = r"^\[?([IWEF])(\d{2})(\d{2}) (\d{2}:\d{2}:\d{2})(?:\.(\d{1,9}))?[\s\]]
 # one leading space allowed: Megatron-LM prints its iteration line as f" [{datetime}]" + " iteration …"
 # (megatron/training/training.py training_log), so its own time starts the line after one space
 RE_ISO_LEAD = r"^ ?\[?(\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}:\d{2}(?:[.,]\d{1,9})?)(Z|[+-]\d{2}:?\d{2})?[\]\s]"
+# the stamp a collector puts in front of each line it prints: `kubectl logs --timestamps` and `docker logs -t` write
+# "<RFC3339Nano time> <line>" (the date, "T", the time and a zone, then one space)
+RE_TS_PREFIX = r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(?:\.\d{1,9})?(?:Z|[+-]\d{2}:?\d{2}) "
 # indented job lines that are records of their own, not continuations: Megatron-LM's iteration line
 # without its time (" iteration      182/  250000 |", releases before 2023) and a tqdm bar below 100 %
 # (tqdm format_meter l_bar "{desc}{percentage:3.0f}%|": " 10%|█ …", "  5%|")
@@ -111,6 +116,15 @@ RE_RAY_REPEAT = r" \[repeated \d+x across cluster\]$"
 RE_WRAP = (r"^(?:\((?:[A-Za-z_][\w.:-]* )?(?:rank=(\d+) )?pid=\d+(?:, ip=([0-9A-Za-z.:-]+))?\) ?"
            r"|\[(?:\d+,)?(\d+)\]<std(?:out|err|diag)>: ?"
            r"|\[[a-z_]+(\d+)\]: ?)")
+# The kubelet's container log line (CRI logging format, the files under /var/log/pods/ that log shippers read):
+# "<RFC3339Nano time> <stdout|stderr> <F|P> <the line the container wrote>" (kubernetes/kubernetes
+# pkg/kubelet/kuberuntime/logs/logs.go parseCRILog; tag F a full line, P a partial one the runtime split, >16 KiB):
+# the time is the line's, the rest is read as the line itself.
+RE_CRI = r"^(\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(?:\.\d{1,9})?(?:Z|[+-]\d{2}:\d{2})) (?:stdout|stderr) [FP] "
+# `docker compose logs` / `docker compose up` put each container's lines behind its name, padded to the widest, and
+# "| " (docker/compose cmd/formatter/logs.go: "<name><padding> | <line>"; the name is the service's container,
+# "<service>-<n>" in Compose v2, "<project>_<service>_<n>" in v1): the rest is read as the line itself
+RE_COMPOSE = r"^[A-Za-z0-9][\w.-]*[-_]\d+ +\| "
 # ANSI colour / cursor sequences (coloured loggers, tqdm), removed wherever the line holds an ESC
 RE_ANSI = r"\x1b\[[0-9;?]*[A-Za-z]"
 RE_SD_JOB = r"""(?:job_id|jobid|slurm_job_id)="(\d+(?:[._]\w+)?)\""""
@@ -393,11 +407,24 @@ def parse_dmesg(lines: pl.DataFrame, ctx: ParseContext) -> pl.DataFrame:
 def parse_job(lines: pl.DataFrame, ctx: ParseContext) -> pl.DataFrame:
     """Job stdout/stderr: optional rank prefix, then glog / Python-logging / ISO time or none."""
     t = pl.col("text")
+    # a container runtime's CRI prefix first (RE_CRI): its time is the line's, the rest is read as the line
+    cri = _mask(lines, t.str.contains(RE_CRI))
+    if cri.any():
+        lines = _on_rows(lines, cri, {"_cri_ns": rfc3339_ns(t.str.extract(RE_CRI, 1)),
+                                      "_ct": t.str.replace(RE_CRI, "")})
+        lines = lines.with_columns(_ltext=pl.coalesce("_ct", t)).drop("_ct")
+        t = pl.col("_ltext")
     # ANSI colour codes anywhere in the line (a memchr test for ESC admits the lines)
     esc = _mask(lines, t.str.contains("\x1b", literal=True))
     if esc.any():
         lines = _on_rows(lines, esc, {"_ansi": t.str.replace_all(RE_ANSI, "")})
         lines = lines.with_columns(_ltext=pl.coalesce("_ansi", "text")).drop("_ansi")
+        t = pl.col("_ltext")
+    # Docker Compose's container-name column (RE_COMPOSE)
+    composed = _mask(lines, t.str.contains(RE_COMPOSE))
+    if composed.any():
+        lines = _on_rows(lines, composed, {"_dt": t.str.replace(RE_COMPOSE, "")})
+        lines = lines.with_columns(_ltext=pl.coalesce("_dt", t)).drop("_dt")
         t = pl.col("_ltext")
     # a pdsh/clush host label first (RE_HOST_LABEL): the rest of the line is read as if it stood alone
     labelled = _mask(lines, t.str.contains(RE_HOST_LABEL))
@@ -451,10 +478,19 @@ def parse_job(lines: pl.DataFrame, ctx: ParseContext) -> pl.DataFrame:
         df = df.with_columns(host=pl.lit(None, pl.String))
     is_g, is_i = pl.col("_is_g"), pl.col("_is_i")
     file_kind = _file_kind(ctx, SourceKind.JOB.value)
+    # a collector's bare RFC3339 stamp in front of the line (RE_TS_PREFIX: kubectl logs --timestamps, docker logs -t)
+    # is not part of the message: the time is read into ``ts`` and a rule anchored at the message's start sees what
+    # the program wrote. A program's own time (Python logging, Megatron's "[time]", glog) stays in its message.
+    msg = pl.when(is_i & b.str.contains(RE_TS_PREFIX)).then(b.str.replace(RE_TS_PREFIX, "")).otherwise(b)
+    ts = pl.when(is_g).then(pl.col("_g_ns")).when(is_i).then(pl.col("_i_ns"))
+    has_ts = is_g | is_i
+    if "_cri_ns" in df.columns:     # the runtime's time of the line (UTC, to the ns) before the program's own
+        ts = pl.coalesce(pl.col("_cri_ns"), ts)
+        has_ts = has_ts | pl.col("_cri_ns").is_not_null()
     df = df.with_columns(
-        has_ts=is_g | is_i,
-        ts=pl.when(is_g).then(pl.col("_g_ns")).when(is_i).then(pl.col("_i_ns")),
-        message=b,
+        has_ts=has_ts,
+        ts=ts,
+        message=msg,
         header=is_g | is_i | pl.col("_is_h"),
         source=file_kind,
         nvrm=pl.lit(False),

@@ -133,7 +133,7 @@ def test_job_output_torchrun_glog_ranks_tracebacks_nccl_host():
              "torch/distributed/elastic/multiprocessing/api.py:869] failed (exitcode: 1) local_rank: 3 (pid: 50274) "
              "of binary: /usr/bin/python"),
         dict(time="2026-11-29T14:06:11.25Z", line=13, **k, message="[2026-11-29 14:06:11,250] root: INFO: shutting down"),
-        dict(time="2026-11-29T14:06:12.5Z", line=14, **k, message="2026-11-29T14:06:12.5Z training aborted"),
+        dict(time="2026-11-29T14:06:12.5Z", line=14, **k, message="training aborted"),
         dict(time="2026-11-29T14:06:12.5Z", inferred=True, line=15, rank=3, **k,
              message="srun: error: gpu-n03: task 3: Exited with exit code 1"),
     ], path)
@@ -360,3 +360,26 @@ def test_pdsh_labelled_job_output_names_each_line_host(tmp_path):
     named = tmp_path / "gpu-x07.out"          # the path names the host: it wins, as for NCCL's host
     shutil.copy(path, named)
     assert read_paths([named], ReadOptions(year=2026)).events["host"].unique().to_list() == ["gpu-x07"]
+
+
+def test_container_log_layouts_are_read_as_the_lines_they_carry(tmp_path):
+    """Pod and container logs: the kubelet's CRI file line ("<RFC3339Nano> <stream> <F|P> <line>", kubernetes
+    pkg/kubelet/kuberuntime/logs/logs.go parseCRILog), `kubectl logs --timestamps` ("<RFC3339Nano> <line>") and
+    docker compose's name column ("<name>  | <line>"): each line's message is what the program wrote (a rule
+    anchored at its start sees it), its time the stamp's; a bare stamp before "prog: ..." is no syslog header."""
+    lines = ["2026-11-29T14:00:01.5Z stderr F [rank2]: RuntimeError: CUDA error: an illegal memory access was encountered",
+             "2026-11-29T14:00:02.250000000Z slurmstepd: error: execve(): train.sh: No such file or directory",
+             "2026-11-29T14:00:03+01:00 Core 0:      +100.0°C  (high = +100.0°C, crit = +100.0°C)",
+             "trainer-1    | node-7:5776:5898 [3] NCCL WARN NET/IB : Got completion from peer 10.2.0.5<33092> with status=12"]
+    path = tmp_path / "pod.log"
+    path.write_text("\n".join(lines) + "\n")
+    ev = read_paths([path], ReadOptions(year=2026)).events.sort("line")
+    assert ev["source"].unique().to_list() == ["job"]
+    assert ev.select("rank", "message").rows() == [
+        (2, "RuntimeError: CUDA error: an illegal memory access was encountered"),
+        (None, "slurmstepd: error: execve(): train.sh: No such file or directory"),
+        (None, "Core 0:      +100.0°C  (high = +100.0°C, crit = +100.0°C)"),
+        (None, lines[3].split("| ", 1)[1])]
+    assert ev["time"].dt.epoch("ns").to_list()[:3] == [
+        iso_to_ns("2026-11-29T14:00:01.5Z"), iso_to_ns("2026-11-29T14:00:02.25Z"), iso_to_ns("2026-11-29T13:00:03Z")]
+    assert ev["host"].to_list()[3] == "node-7"      # the NCCL line names its host behind the compose column

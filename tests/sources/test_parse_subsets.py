@@ -16,6 +16,8 @@ from recovery_logs.sources.formats import (
     RE_3164,
     RE_3164_HOST,
     RE_5424,
+    RE_COMPOSE,
+    RE_CRI,
     RE_GLOG,
     RE_HOST_LABEL,
     RE_ISO_LEAD,
@@ -24,6 +26,7 @@ from recovery_logs.sources.formats import (
     RE_NOT_HOST,
     RE_RANK,
     RE_SD_JOB,
+    RE_TS_PREFIX,
     RE_UPTIME_PREFIX,
     ParseContext,
     _base_cols,
@@ -80,6 +83,14 @@ JOB = [
     "rank3: a counter, not a host label",
     "Gpu-N01: upper case is not a label",
     "RuntimeError: a word is not a label",
+    # a collector's stamp (kubectl logs --timestamps), the kubelet's CRI file line, docker compose's name column
+    "2026-11-29T14:00:04.123456789Z slurmstepd: error: execve(): train.sh: No such file or directory",
+    "2026-11-29T14:00:04.123456789Z stderr F [rank2]: RuntimeError: CUDA error: an illegal memory access was encountered",
+    "2026-11-29T14:00:05+01:00 stdout P a partial line",
+    "2026-11-29T14:00:05Z stdout X an unknown tag: not CRI",
+    "trainer-1   | node-7:5776:5898 [3] NCCL WARN NET/IB : Got completion from peer 10.2.0.5<33092> with status=12",
+    "proj_vllm_1  | 2026-11-29T14:00:06.5Z INFO engine started",
+    "trainer | no replica number: not a compose column",
 ]
 SYSLOG = [
     "Nov 29 14:00:01 gpu-n001 kernel: [86000.123456] NVRM: Xid (PCI:0000:3b:00): 79, pid=1, GPU has fallen off the bus.",
@@ -100,6 +111,9 @@ SYSLOG = [
     "Nov 29 14:00:01 gpu-n001: prog: a host token ending in a colon",
     "Nov  1 14:00:01 gpu-n001 p[x]: a pid that is not a number",
     "garbage without a header",
+    "2026-11-29T14:00:04Z slurmstepd: error: a program's line behind a bare stamp (host ends in a colon)",
+    "2026-11-29T14:00:04Z Core 0: +100.0°C  (a program tag starting with a digit)",
+    "2026-11-29T14:00:04Z [12.5] NVRM: Xid (a bracketed host)",
 ]
 
 
@@ -142,10 +156,16 @@ def _ref_syslog(lines: pl.DataFrame, ctx: ParseContext) -> pl.DataFrame:
 
 
 def _ref_job(lines: pl.DataFrame, ctx: ParseContext) -> pl.DataFrame:
-    lab = pl.col("text").str.extract(RE_HOST_LABEL, 1)
+    raw = pl.col("text")
+    is_cri = raw.str.contains(RE_CRI)
+    lines = lines.with_columns(_cri_ns=pl.when(is_cri).then(rfc3339_ns(raw.str.extract(RE_CRI, 1))),
+                               _c=pl.when(is_cri).then(raw.str.replace(RE_CRI, "")).otherwise(raw))
+    c = pl.col("_c")
+    lines = lines.with_columns(_c=pl.when(c.str.contains(RE_COMPOSE)).then(c.str.replace(RE_COMPOSE, "")).otherwise(c))
+    lab = pl.col("_c").str.extract(RE_HOST_LABEL, 1)
     lines = lines.with_columns(_lab=pl.when(lab.str.contains(RE_NOT_HOST)).then(None).otherwise(lab))
     lines = lines.with_columns(_t=pl.when(pl.col("_lab").is_not_null())
-                               .then(pl.col("text").str.replace(RE_HOST_LABEL, "")).otherwise(pl.col("text")))
+                               .then(pl.col("_c").str.replace(RE_HOST_LABEL, "")).otherwise(pl.col("_c")))
     t = pl.col("_t")
     df = lines.with_columns(_rk=t.str.extract_groups(RE_RANK))
     rk = pl.col("_rk")
@@ -170,10 +190,10 @@ def _ref_job(lines: pl.DataFrame, ctx: ParseContext) -> pl.DataFrame:
     is_g, is_i = gf(1).is_not_null(), i_time.is_not_null()
     file_kind = _file_kind(ctx, SourceKind.JOB.value)
     df = df.with_columns(
-        has_ts=is_g | is_i,
-        ts=pl.when(is_g).then(g_ns).when(is_i).then(i_ns),
+        has_ts=is_g | is_i | pl.col("_cri_ns").is_not_null(),
+        ts=pl.coalesce(pl.col("_cri_ns"), pl.when(is_g).then(g_ns).when(is_i).then(i_ns)),
         host=pl.coalesce(short_host(pl.col("_nccl")), short_host(pl.col("_lab"))),
-        message=b,
+        message=pl.when(is_i & b.str.contains(RE_TS_PREFIX)).then(b.str.replace(RE_TS_PREFIX, "")).otherwise(b),
         header=is_g | is_i,
         source=file_kind,
         nvrm=pl.lit(False),
