@@ -481,7 +481,8 @@ def parse_job(lines: pl.DataFrame, ctx: ParseContext) -> pl.DataFrame:
     # a collector's bare RFC3339 stamp in front of the line (RE_TS_PREFIX: kubectl logs --timestamps, docker logs -t)
     # is not part of the message: the time is read into ``ts`` and a rule anchored at the message's start sees what
     # the program wrote. A program's own time (Python logging, Megatron's "[time]", glog) stays in its message.
-    msg = pl.when(is_i & b.str.contains(RE_TS_PREFIX)).then(b.str.replace(RE_TS_PREFIX, "")).otherwise(b)
+    df = _on_rows(df, df["_is_i"], {"_nots": pl.when(b.str.contains(RE_TS_PREFIX)).then(b.str.replace(RE_TS_PREFIX, ""))})
+    msg = pl.coalesce(pl.col("_nots"), b)
     ts: pl.Expr = pl.when(is_g).then(pl.col("_g_ns")).when(is_i).then(pl.col("_i_ns"))
     has_ts = is_g | is_i
     if "_cri_ns" in df.columns:     # the runtime's time of the line (UTC, to the ns) before the program's own
