@@ -38,7 +38,8 @@ CORPUS = Path(__file__).resolve().parents[1] / "corpus" / "real"
 # session (d5g-*, e13-* dev excerpts; measured once), 0.7875 (126/160) after the d6g-*/e14-* passes, unchanged after the d7-*/e15-* and d8-*/e17-* passes. A fifth blind pass (`h5-*`,
 # 61 excerpts, 48 non-benign) scored 0.729 (35/48) before and after the d8-*/e17-* passes (measured once each); with it the held-out
 # split is 0.774 (161/208). A sixth blind pass (`h6-*`, 48 excerpts, 36 non-benign) scored 0.667 (24/36) on the rules
-# as they stood when it was merged (measured once); with it the held-out split is 0.758 (185/244). Its floor here is a
+# as they stood when it was merged (measured once); with it the held-out split is 0.758 (185/244), and 0.766 (187/244)
+# after the d9-*..d12-* passes and the container-log reader change of 2026-12-03 (measured once). Its floor here is a
 # regression guard just below that measurement; the dev split carries the floors. Crashes and benign actions
 # have the same zero floors everywhere.
 HOLDOUT_MIN_CATEGORY = 0.75
