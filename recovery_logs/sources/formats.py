@@ -418,7 +418,7 @@ def parse_job(lines: pl.DataFrame, ctx: ParseContext) -> pl.DataFrame:
     esc = _mask(lines, t.str.contains("\x1b", literal=True))
     if esc.any():
         lines = _on_rows(lines, esc, {"_ansi": t.str.replace_all(RE_ANSI, "")})
-        lines = lines.with_columns(_ltext=pl.coalesce("_ansi", "text")).drop("_ansi")
+        lines = lines.with_columns(_ltext=pl.coalesce(pl.col("_ansi"), t)).drop("_ansi")
         t = pl.col("_ltext")
     # Docker Compose's container-name column (RE_COMPOSE)
     composed = _mask(lines, t.str.contains(RE_COMPOSE))

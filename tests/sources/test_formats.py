@@ -383,3 +383,14 @@ def test_container_log_layouts_are_read_as_the_lines_they_carry(tmp_path):
     assert ev["time"].dt.epoch("ns").to_list()[:3] == [
         iso_to_ns("2026-11-29T14:00:01.5Z"), iso_to_ns("2026-11-29T14:00:02.25Z"), iso_to_ns("2026-11-29T13:00:03Z")]
     assert ev["host"].to_list()[3] == "node-7"      # the NCCL line names its host behind the compose column
+
+
+def test_a_cri_file_with_coloured_lines_keeps_every_line_stripped(tmp_path):
+    """ANSI colour codes are removed after the CRI prefix: the lines without colour keep their prefix stripped too."""
+    lines = ["2026-11-29T14:00:01Z stdout F \x1b[31mERROR\x1b[0m NCCL error: unhandled system error",
+             "2026-11-29T14:00:02Z stdout F slurmstepd: error: execve(): train.sh: No such file or directory"]
+    path = tmp_path / "pod.log"
+    path.write_text("\n".join(lines) + "\n")
+    ev = read_paths([path], ReadOptions(year=2026)).events.sort("line")
+    assert ev["message"].to_list() == ["ERROR NCCL error: unhandled system error",
+                                       "slurmstepd: error: execve(): train.sh: No such file or directory"]
