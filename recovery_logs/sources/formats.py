@@ -404,28 +404,28 @@ def parse_dmesg(lines: pl.DataFrame, ctx: ParseContext) -> pl.DataFrame:
 
 
 # --- job output --------------------------------------------------------------------------------
+def _rewrite(lines: pl.DataFrame, t: pl.Expr, test: pl.Expr, text: pl.Expr,
+             extra: dict[str, pl.Expr] | None = None) -> tuple[pl.DataFrame, pl.Expr]:
+    """One layer of a job line taken off: on the rows ``test`` admits, ``_ltext`` becomes ``text`` (and
+    ``extra``'s columns are added); every other row keeps the text the earlier layers left (``t``). Returns the
+    frame and the expression of the line's text from here on."""
+    mask = _mask(lines, test)
+    if not mask.any():
+        return lines, t
+    lines = _on_rows(lines, mask, {"__rw": text, **(extra or {})})
+    return lines.with_columns(_ltext=pl.coalesce(pl.col("__rw"), t)).drop("__rw"), pl.col("_ltext")
+
+
 def parse_job(lines: pl.DataFrame, ctx: ParseContext) -> pl.DataFrame:
     """Job stdout/stderr: optional rank prefix, then glog / Python-logging / ISO time or none."""
     t = pl.col("text")
     # a container runtime's CRI prefix first (RE_CRI): its time is the line's, the rest is read as the line
-    cri = _mask(lines, t.str.contains(RE_CRI))
-    if cri.any():
-        lines = _on_rows(lines, cri, {"_cri_ns": rfc3339_ns(t.str.extract(RE_CRI, 1)),
-                                      "_ct": t.str.replace(RE_CRI, "")})
-        lines = lines.with_columns(_ltext=pl.coalesce("_ct", t)).drop("_ct")
-        t = pl.col("_ltext")
+    lines, t = _rewrite(lines, t, t.str.contains(RE_CRI), t.str.replace(RE_CRI, ""),
+                        {"_cri_ns": rfc3339_ns(t.str.extract(RE_CRI, 1))})
     # ANSI colour codes anywhere in the line (a memchr test for ESC admits the lines)
-    esc = _mask(lines, t.str.contains("\x1b", literal=True))
-    if esc.any():
-        lines = _on_rows(lines, esc, {"_ansi": t.str.replace_all(RE_ANSI, "")})
-        lines = lines.with_columns(_ltext=pl.coalesce(pl.col("_ansi"), t)).drop("_ansi")
-        t = pl.col("_ltext")
+    lines, t = _rewrite(lines, t, t.str.contains("\x1b", literal=True), t.str.replace_all(RE_ANSI, ""))
     # Docker Compose's container-name column (RE_COMPOSE)
-    composed = _mask(lines, t.str.contains(RE_COMPOSE))
-    if composed.any():
-        lines = _on_rows(lines, composed, {"_dt": t.str.replace(RE_COMPOSE, "")})
-        lines = lines.with_columns(_ltext=pl.coalesce("_dt", t)).drop("_dt")
-        t = pl.col("_ltext")
+    lines, t = _rewrite(lines, t, t.str.contains(RE_COMPOSE), t.str.replace(RE_COMPOSE, ""))
     # a pdsh/clush host label first (RE_HOST_LABEL): the rest of the line is read as if it stood alone
     labelled = _mask(lines, t.str.contains(RE_HOST_LABEL))
     if labelled.any():
