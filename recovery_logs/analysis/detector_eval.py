@@ -125,7 +125,7 @@ def evaluate_detectors(root: str | Path, anomaly: Any = None, window: str = "60s
     for d in scenario_dirs(root):
         r = replay_rules(d)
         truth = r.truth or {}
-        ctx = DetectContext(r.watermark_ns)
+        ctx = DetectContext(r.watermark_ns, final=True)   # the whole replay: nothing more comes
         kind, culprit = truth.get("fault_kind"), truth.get("culprit_node")
         fault_t = _t(truth.get("fault_time"))
         row: dict[str, Any] = {"scenario": d.name, "fault_kind": kind, "culprit": culprit}
@@ -250,7 +250,7 @@ def evaluate_novel(roots: list[str | Path], anomaly: Any) -> dict[str, Any]:
         for d in scenario_dirs(root):
             r = replay_rules(d)
             truth = r.truth or {}
-            ctx = DetectContext(r.watermark_ns)
+            ctx = DetectContext(r.watermark_ns, final=True)   # the whole replay: nothing more comes
             a = anomaly.detect(r.findings, r.windows, ctx)
             novel = a.filter(pl.col("role") == "cause")
             fault_t = _t(truth.get("fault_time"))

@@ -41,6 +41,9 @@ class DetectContext:
     progress rows through ``detectors.progress.observations``. None: all are in the frame.
     ``observed``: that merge made once for all detectors (``observations(findings, progress)``); None:
     each detector makes it.
+    ``final``: the input is complete — nothing will arrive after these rows (the end of a replay's
+    input). A group whose members arrive one line each (a training step's per-rank lines) is then
+    decided as it stands; before, a detector waits until the group cannot grow.
     """
 
     watermark_ns: int
@@ -49,6 +52,7 @@ class DetectContext:
     closed_ns: int | None = None
     progress: pl.DataFrame | None = field(default=None, compare=False, repr=False)
     observed: pl.DataFrame | None = field(default=None, compare=False, repr=False)
+    final: bool = False
 
     @property
     def scored_until(self) -> int:

@@ -203,6 +203,21 @@ def _hosts_as_ranks(p: pl.DataFrame, min_ranks: int) -> pl.DataFrame:
                           .otherwise(pl.col("rank_line")).cast(p.schema["rank_line"]).alias("rank_line")).drop("_many")
 
 
+def _settled(p: pl.DataFrame) -> pl.DataFrame:
+    """The (job, progress rule, step) keys whose per-rank lines are all in: every rank seen has
+    reported the step (its last step is at or past it) and the next step has been reported by at
+    least as many ranks — a rank not seen yet, printing its line of this step after another rank's
+    line of the next, is then the only way one is missing. Before that the watermark may have cut
+    through the step's lines, and a verdict on part of them would differ from the one on all."""
+    r = p.filter(pl.col("rank_line").is_not_null())
+    low = (r.group_by("job_id", "rule_id", "host", "rank_line").agg(pl.col("step").max().alias("_last"))
+           .group_by("job_id", "rule_id").agg(pl.col("_last").min().alias("_low")))
+    n = (r.group_by("job_id", "rule_id", "step").agg(pl.struct("host", "rank_line").n_unique().alias("_n"))
+         .sort("step").with_columns(pl.col("_n").shift(-1).over(["job_id", "rule_id"]).alias("_next")))
+    return (n.join(low, on=["job_id", "rule_id"]).filter((pl.col("step") <= pl.col("_low")) & (pl.col("_next") >= pl.col("_n")))
+            .select("job_id", "rule_id", "step"))
+
+
 def progress_outliers(findings: pl.DataFrame, ctx: DetectContext, ratio: float, single_ratio: float, min_z: float,
                       rel_floor: float, min_ranks: int, first_steps: int, exclude: tuple[str, ...],
                       pair_ratio: float = 0.0) -> list[dict]:
@@ -215,9 +230,10 @@ def progress_outliers(findings: pl.DataFrame, ctx: DetectContext, ratio: float, 
     slower is compared with the other directly — at ``>= pair_ratio`` × its time in two of the first
     steps (never on one step: a pair has no majority to call the other one normal).
 
-    Stable under any watermark: a step's comparison uses only its own rows, and the finding is the
-    first step (in event time) that decides it — a later watermark finds the same step, an earlier
-    one nothing. A rank is (host, rank) so torchrun's per-node ``[defaultN]`` local ranks stay apart."""
+    Stable under any watermark: a step's comparison uses only its own rows, and only once the step
+    is whole (``_settled``: every rank seen has reported it and the next step as many ranks; at the
+    end of the input, ``ctx.final``, every step is), and the finding is the first step (in event time) that
+    decides it — a later watermark finds the same step, an earlier one nothing. A rank is (host, rank) so torchrun's per-node ``[defaultN]`` local ranks stay apart."""
     st = pl.col("step_time_s")
     p = (upto(progress_of(findings, ctx), ctx.watermark_ns)
          .filter(pl.col("job_id").is_not_null()
@@ -239,6 +255,8 @@ def progress_outliers(findings: pl.DataFrame, ctx: DetectContext, ratio: float, 
     first = (p.select("job_id", "rule_id", "step").unique()
              .with_columns(pl.col("step").rank("dense").over(["job_id", "rule_id"]).alias("k"))
              .filter(pl.col("k") <= first_steps).drop("k"))
+    if not ctx.final:
+        first = first.join(_settled(p), on=key, how="inner")
     p = (p.join(first, on=key, how="inner").drop("rank").rename({"rank_line": "rank"})
          .filter(pl.col("rank").is_not_null()))
     r = p.group_by([*key, "host", "rank"]).agg(st.median().alias("t"), pl.col("time").max().alias("tm"))

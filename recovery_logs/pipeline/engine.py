@@ -140,6 +140,7 @@ class Engine:
         self.min_time_ns: int | None = None   # earliest event time fed (kept through compaction)
         self.watermark_ns: int | None = None
         self.closed_ns: int | None = None     # every source delivered up to here (None: the watermark)
+        self.final = False                    # the input is complete (``advance(..., final=True)``)
         self.floods: dict[tuple[Any, ...], list[int]] = {}   # compacted flood rows: key -> [n, first, last]
         self.stats: Counter[str] = Counter()
         self._sticky = empty_findings()
@@ -223,6 +224,7 @@ class Engine:
 
     def absorb(self, part: EnginePart) -> None:
         """Fold a part (from ``partial``, here or in a worker) into the state."""
+        self.final = False
         found = part.findings
         if found.height:
             plain = found.select(is_plain(TEXT_RULES)).to_series() if self.narrow_progress else None
@@ -265,13 +267,16 @@ class Engine:
             if self._compactable(horizon):   # else nothing would be dropped: no detector run for nothing
                 self.compact(horizon)
 
-    def advance(self, watermark_ns: int, closed_ns: int | None = None) -> None:
+    def advance(self, watermark_ns: int, closed_ns: int | None = None, final: bool = False) -> None:
         """Move the event-time clock (never backwards). ``closed_ns``: while a live reader is still
         behind in a source, the event time up to which every source has delivered; detectors then
         see the clock there (no window is scored, no silence measured, past what was read), so a
-        live run catching up decides as a replay does. None: nothing is behind."""
+        live run catching up decides as a replay does. None: nothing is behind. ``final``: the
+        input is complete (a replay's end): the detectors decide what they would otherwise wait
+        on (``DetectContext.final``); any later feed or ``advance`` clears it."""
         self.watermark_ns = watermark_ns if self.watermark_ns is None else max(self.watermark_ns, watermark_ns)
         self.closed_ns = closed_ns
+        self.final = final and closed_ns is None
 
     # -- state -------------------------------------------------------------------------------
     @property
@@ -327,14 +332,15 @@ class Engine:
         closed = None if self.closed_ns is None or watermark_ns is not None else min(wm, self.closed_ns)
         if closed is not None:
             wm = closed
-        key = (wm, closed, self.stats["findings"], self.stats["compacted"], self._sticky.height, self.line_stats.total,
+        final = self.final and watermark_ns is None
+        key = (wm, closed, final, self.stats["findings"], self.stats["compacted"], self._sticky.height, self.line_stats.total,
                tuple(sorted((self.job_states or {}).items())))
         if self._det_cache is not None and self._det_cache[0] == key:   # incidents() and reports share it
             return self._det_cache[1]
         base = self.rule_findings
         ctx = DetectContext(watermark_ns=wm, job_states=self.job_states, config=self.config, closed_ns=closed,
                             progress=self.progress if self.progress_store.height else None,
-                            observed=self.observed())
+                            observed=self.observed(), final=final)
         outs = [d.detect(base, self.windows, ctx) for d in self.detectors]
         if self.config.line_scores:
             outs.append(self.line_scores(wm))

@@ -174,7 +174,7 @@ def finish_replay(eng: Engine, stats: Counter[str], keeper: QuarantineKeeper, pa
                          lines=stats.get("lines", 0), quarantined=sum(keeper.kept.values()),
                          unreadable=stats.get("unreadable", 0))
     if eng.max_time_ns is not None:
-        eng.advance(eng.max_time_ns)
+        eng.advance(eng.max_time_ns, final=True)
     if accounting is not None:
         eng.set_accounting(_accounting_frame(accounting, eng))
         stats["accounting_rows"] = eng.allocations.height if eng.allocations is not None else 0

@@ -281,7 +281,7 @@ class BinWorker:
             self.spilled = None
         eng.absorb(EnginePart(empty_findings(), empty_windows(), empty_spans(), addresses, None, 0))
         if watermark_ns is not None:
-            eng.advance(watermark_ns)
+            eng.advance(watermark_ns, final=True)   # the whole input's last event time: nothing more comes
         if allocations is not None:
             eng.set_accounting(allocations)
         ranked = eng.ranked_incidents(RECORD_ONLY)
@@ -660,7 +660,7 @@ def _assemble(bins: list[_Bin], owners: dict[str, int], taken: list[tuple[Any, I
         raise InputError("no events in the input: nothing to replay", path=", ".join(str(p) for p in paths) or None,
                          lines=stats.get("lines", 0), unreadable=stats.get("unreadable", 0))
     if ctx[0] is not None:
-        eng.advance(ctx[0])
+        eng.advance(ctx[0], final=True)
     if opts.accounting is not None:
         eng.set_accounting(allocations)
         stats["accounting_rows"] = allocations.height if allocations is not None else 0

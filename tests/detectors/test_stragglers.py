@@ -90,13 +90,14 @@ def test_short_slowdown_does_not_persist():
 
 
 @settings(max_examples=25, deadline=None)
+@example(cuts=[4.0], seed=0)   # a cut through step 3's per-rank lines: rank 0 of job b was named on 12 of 16 ranks
 @given(cuts=st.lists(st.floats(0, 330), max_size=5), seed=st.integers(0, 2**16))
 def test_incremental_watermarks_equal_one_final_call(cuts, seed):
     rows = (synth.training_job("a", HOSTS, 4, 300, 1.0, slow={"n1": 1.3}) +
             synth.training_job("b", HOSTS, 4, 300, 1.0, slow_ranks={0: 1.3, 7: 1.3}, seed=3))
     f = synth.findings(rows)
     end = int(f["time"].dt.epoch("ns").max())
-    final = DET.detect(f, NONE, DetectContext(end))
+    final = DET.detect(f, NONE, DetectContext(end, final=True))
     assert sorted(early(final)[1]["action"].to_list()) == ["drain_node_and_requeue", "investigate"]
     assert set(early(final)[0]["action"].to_list()) <= {"investigate"}   # early rank verdicts never drain
     seen = []
@@ -106,8 +107,32 @@ def test_incremental_watermarks_equal_one_final_call(cuts, seed):
         out = DET.detect(held, NONE, DetectContext(w))
         assert out.join(final, on=list(final.columns), how="anti", nulls_equal=True).is_empty()
         seen.append(out)
-    seen.append(DET.detect(f.sample(fraction=1.0, shuffle=True, seed=seed), NONE, DetectContext(end)))
+    seen.append(DET.detect(f.sample(fraction=1.0, shuffle=True, seed=seed), NONE, DetectContext(end, final=True)))
     assert_frame_equal(pl.concat(seen).unique(maintain_order=True).sort("time", "job_id"), final.sort("time", "job_id"))
+
+
+def test_rank_outlier_waits_for_the_whole_step():
+    """A step's per-rank lines cut by the watermark are not judged: the verdict on 5 of 8 ranks (rank 3
+    at 2x) could differ from the one on all 8. The step is whole once every rank seen has reported it
+    and a later step has begun, or at the end of the input (``final``)."""
+    rows = synth.training_job("j", ["n0", "n1"], 4, 3, 1.0, slow_ranks={3: 2.0})
+
+    def upto(n: int, final: bool = False, order: list[dict] = rows) -> pl.DataFrame:   # verdicts on the first n lines
+        f = synth.findings(order[:n])
+        return early(DET.detect(f, NONE, end_ctx(f, final=final)))[0]
+
+    assert upto(5).is_empty() and upto(8).is_empty()      # step 1 cut, or whole but not known to be
+    named = upto(8, final=True)                           # ...unless nothing more comes
+    d = json.loads(named["detail"][0])
+    assert (d["rank"], d["step"], d["steps"]) == (3, 1, 1)
+    assert upto(12).is_empty() and upto(15).is_empty()   # step 2 begun, not yet as whole as step 1
+    assert_frame_equal(upto(16), named)                   # step 2 whole: step 1 decides the same finding
+    # rank 7 prints its step-1 line after rank 0's step-2 line: step 1 waits for step 2 to be as whole
+    late = rows[:7] + [rows[8], rows[7]] + rows[9:]
+    assert upto(8, order=late).is_empty()
+    assert_frame_equal(upto(24, order=late).drop("seq"), named.drop("seq"))
+    assert_frame_equal(upto(24), named)
+
 
 
 def _slowdowns_unfiltered(det, p: pl.DataFrame) -> pl.DataFrame:
