@@ -203,16 +203,18 @@ def _hosts_as_ranks(p: pl.DataFrame, min_ranks: int) -> pl.DataFrame:
                           .otherwise(pl.col("rank_line")).cast(p.schema["rank_line"]).alias("rank_line")).drop("_many")
 
 
-def _settled(p: pl.DataFrame) -> pl.DataFrame:
+def _settled(p: pl.DataFrame, near: pl.DataFrame) -> pl.DataFrame:
     """The (job, progress rule, step) keys whose per-rank lines are all in: every rank seen has
     reported the step (its last step is at or past it) and the next step has been reported by at
     least as many ranks — a rank not seen yet, printing its line of this step after another rank's
     line of the next, is then the only way one is missing. Before that the watermark may have cut
-    through the step's lines, and a verdict on part of them would differ from the one on all."""
+    through the step's lines, and a verdict on part of them would differ from the one on all.
+    ``near``: the keys to decide and the step after each; ranks are counted on those steps only."""
     r = p.filter(pl.col("rank_line").is_not_null())
     low = (r.group_by("job_id", "rule_id", "host", "rank_line").agg(pl.col("step").max().alias("_last"))
            .group_by("job_id", "rule_id").agg(pl.col("_last").min().alias("_low")))
-    n = (r.group_by("job_id", "rule_id", "step").agg(pl.struct("host", "rank_line").n_unique().alias("_n"))
+    n = (r.join(near, on=["job_id", "rule_id", "step"], how="semi")
+         .group_by("job_id", "rule_id", "step").agg(pl.struct("host", "rank_line").n_unique().alias("_n"))
          .sort("step").with_columns(pl.col("_n").shift(-1).over(["job_id", "rule_id"]).alias("_next")))
     return (n.join(low, on=["job_id", "rule_id"]).filter((pl.col("step") <= pl.col("_low")) & (pl.col("_next") >= pl.col("_n")))
             .select("job_id", "rule_id", "step"))
@@ -252,11 +254,11 @@ def progress_outliers(findings: pl.DataFrame, ctx: DetectContext, ratio: float, 
         p = pl.concat([p.filter(pl.col("step").is_not_null()), nostep.select(p.columns)])
     key = ["job_id", "rule_id", "step"]
     # the job's first steps only (a fleet has 100k+ progress rows); the line's rank (read once: rank_line)
-    first = (p.select("job_id", "rule_id", "step").unique()
-             .with_columns(pl.col("step").rank("dense").over(["job_id", "rule_id"]).alias("k"))
-             .filter(pl.col("k") <= first_steps).drop("k"))
+    steps = (p.select("job_id", "rule_id", "step").unique()
+             .with_columns(pl.col("step").rank("dense").over(["job_id", "rule_id"]).alias("k")))
+    first = steps.filter(pl.col("k") <= first_steps).drop("k")
     if not ctx.final:
-        first = first.join(_settled(p), on=key, how="inner")
+        first = first.join(_settled(p, steps.filter(pl.col("k") <= first_steps + 1).drop("k")), on=key, how="semi")
     p = (p.join(first, on=key, how="inner").drop("rank").rename({"rank_line": "rank"})
          .filter(pl.col("rank").is_not_null()))
     r = p.group_by([*key, "host", "rank"]).agg(st.median().alias("t"), pl.col("time").max().alias("tm"))
