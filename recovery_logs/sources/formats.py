@@ -427,27 +427,20 @@ def parse_job(lines: pl.DataFrame, ctx: ParseContext) -> pl.DataFrame:
     # Docker Compose's container-name column (RE_COMPOSE)
     lines, t = _rewrite(lines, t, t.str.contains(RE_COMPOSE), t.str.replace(RE_COMPOSE, ""))
     # a pdsh/clush host label first (RE_HOST_LABEL): the rest of the line is read as if it stood alone
-    labelled = _mask(lines, t.str.contains(RE_HOST_LABEL))
-    if labelled.any():
-        lh = t.str.extract(RE_HOST_LABEL, 1)
-        is_host = ~lh.str.contains(RE_NOT_HOST)
-        lines = _on_rows(lines, labelled, {"_lhost": pl.when(is_host).then(lh),
-                                           "_lt": pl.when(is_host).then(t.str.replace(RE_HOST_LABEL, ""))})
-        lines = lines.with_columns(_ltext=pl.coalesce("_lt", t)).drop("_lt")
-        t = pl.col("_ltext")
+    lh = t.str.extract(RE_HOST_LABEL, 1)
+    is_host = ~lh.str.contains(RE_NOT_HOST)
+    lines, t = _rewrite(lines, t, t.str.contains(RE_HOST_LABEL), pl.when(is_host).then(t.str.replace(RE_HOST_LABEL, "")),
+                        {"_lhost": pl.when(is_host).then(lh)})
     # a launcher's wrapper (RE_WRAP: Ray/vLLM worker, mpirun --tag-output, torchrun --tee)
-    wrapped = _mask(lines, t.str.contains(RE_WRAP_TEST) & ~t.str.starts_with("[rank"))
-    if wrapped.any():
-        wg = t.str.extract_groups(RE_WRAP)
-        wf = lambda i: wg.struct.field(str(i))  # noqa: E731
-        rest = t.str.replace(RE_WRAP, "").str.replace(RE_RAY_REPEAT, "")
-        lines = _on_rows(lines, wrapped, {
-            "_wrank": pl.coalesce(wf(1), wf(3), wf(4)).cast(pl.Int32, strict=False),
-            "_wip": wf(2), "_wt": pl.when(t.str.contains(RE_WRAP)).then(rest)})
-        lines = lines.with_columns(_ltext=pl.coalesce("_wt", t),
-                                   _lhost=pl.coalesce(*(["_lhost"] if "_lhost" in lines.columns else []), "_wip"),
-                                   ).drop("_wt", "_wip")
-        t = pl.col("_ltext")
+    wg = t.str.extract_groups(RE_WRAP)
+    wf = lambda i: wg.struct.field(str(i))  # noqa: E731
+    rest = t.str.replace(RE_WRAP, "").str.replace(RE_RAY_REPEAT, "")
+    lines, t = _rewrite(lines, t, t.str.contains(RE_WRAP_TEST) & ~t.str.starts_with("[rank"),
+                        pl.when(t.str.contains(RE_WRAP)).then(rest),
+                        {"_wrank": pl.coalesce(wf(1), wf(3), wf(4)).cast(pl.Int32, strict=False), "_wip": wf(2)})
+    if "_wip" in lines.columns:   # the wrapper's address is the line's host label where it has none
+        lines = lines.with_columns(
+            _lhost=pl.coalesce(*(["_lhost"] if "_lhost" in lines.columns else []), "_wip")).drop("_wip")
     # the rank prefix, the glog and ISO times and the NCCL host are extracted only on the lines a
     # capture-free test admits (most job lines have no time, many no rank prefix)
     rk = t.str.extract_groups(RE_RANK)
