@@ -60,9 +60,10 @@ def _opts(srv, tmp_path=None, **kw) -> WatchOptions:
 
 
 def _caught_up(w: Watcher, catchups: int = 1) -> bool:
-    """The lossless frontier reached (almost) now, after at least `catchups` queries."""
+    """The lossless frontier reached (almost) now, after at least `catchups` queries. The frontier
+    trails now by the follower's offset (the poller's default is 2 s, the tail's 10 ms here)."""
     return (w.vl.stats["catchups"] >= catchups and w.vl.complete_ns is not None
-            and time.time_ns() - w.vl.complete_ns < 2 * NS)
+            and time.time_ns() - w.vl.complete_ns < w.vl.offset_ns + 1 * NS)
 
 
 def _run(w: Watcher, until, timeout=8.0) -> list[tuple[str, dict]]:
