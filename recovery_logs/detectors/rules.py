@@ -117,6 +117,11 @@ def winners(events: pl.DataFrame, pack: RulePack, prune_benign: bool = True) -> 
                                   base.get_column("message")).select("_row", "_u", "_rule_id", "message")
 
 
+# (row, candidate unit) pairs up to which every pair is tested in one pass (each round of the loop
+# costs a few Polars calls, ~0.3 ms, whatever its size; one pair's regex test costs ~1 us)
+ALL_PAIRS_MAX = 20_000
+
+
 def _first_matching_by_set(hits: pl.DataFrame, lit_tab: pl.DataFrame, free: list[int],
                            unit_tab: pl.DataFrame, messages: pl.Series) -> pl.DataFrame:
     """Per row the first unit, in unit (winning) order, whose pattern matches its message. A row's
@@ -138,6 +143,16 @@ def _first_matching_by_set(hits: pl.DataFrame, lit_tab: pl.DataFrame, free: list
     set_k = (set_units.unique().sort(["_set", "_u"])
              .with_columns(pl.int_range(pl.len(), dtype=pl.UInt32).over("_set").alias("_k")))
     alive = hits.select("_row", "_key").join(sets.select("_key", "_set"), on="_key", how="inner").select("_row", "_set")
+    n_pairs = alive.join(set_k.group_by("_set").len(), on="_set", how="inner").get_column("len").sum()
+    if n_pairs <= ALL_PAIRS_MAX:
+        # few (row, candidate) pairs (an excerpt, a short window): every pair in one pass, each row's
+        # lowest matching unit kept — the same winners as the rounds below, without a round per candidate
+        head = (alive.join(set_k.select("_set", "_u"), on="_set", how="inner").select("_row", "_u").sort("_u")
+                .join(unit_tab, on="_u", how="left", maintain_order="left"))
+        head = (head.with_columns(messages.gather(head.get_column("_row")).alias("message"))
+                .filter(pl.col("message").str.contains(pl.col("_pattern"))))
+        return (head.sort(["_row", "_u"]).unique("_row", keep="first", maintain_order=True)
+                .select("_row", "_u", "_rule_id", "message"))
     won: list[pl.DataFrame] = []
     k = 0
     while alive.height:

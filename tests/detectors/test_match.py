@@ -11,6 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from recovery_logs.detectors import rules as rules_mod
 from recovery_logs.detectors.rulepack import load_packs
 from recovery_logs.detectors.rules import _gate, _units, gate_regex, match, winners
 from recovery_logs.schema import EVENT_SCHEMA, FINDING_SCHEMA, check_findings, conform
@@ -277,8 +278,14 @@ def test_winners_are_the_first_matching_candidate(rules: list[dict], lines: list
         (Path(d) / "t.toml").write_text(_pack_toml(rules))
         pack = load_packs(Path(d))
     events = conform(pl.DataFrame({"message": lines}), EVENT_SCHEMA)
-    won = winners(events, pack)
-    got = dict(zip(won["_row"].to_list(), won["_rule_id"].to_list(), strict=True))
     want = {k: w for k, line in enumerate(lines) if (w := _winner_by_definition(line, pack)) is not None}
-    assert got == want
-    assert won["_row"].to_list() == sorted(got)
+    default = rules_mod.ALL_PAIRS_MAX
+    try:
+        for limit in (0, default):   # a round per candidate, and every (row, candidate) pair in one pass
+            rules_mod.ALL_PAIRS_MAX = limit
+            won = winners(events, pack)
+            got = dict(zip(won["_row"].to_list(), won["_rule_id"].to_list(), strict=True))
+            assert got == want, f"ALL_PAIRS_MAX={limit}"
+            assert won["_row"].to_list() == sorted(got)
+    finally:
+        rules_mod.ALL_PAIRS_MAX = default
