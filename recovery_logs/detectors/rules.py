@@ -147,22 +147,16 @@ def _first_matching_by_set(hits: pl.DataFrame, lit_tab: pl.DataFrame, free: list
     if n_pairs <= ALL_PAIRS_MAX:
         # few (row, candidate) pairs (an excerpt, a short window): every pair in one pass, each row's
         # lowest matching unit kept — the same winners as the rounds below, without a round per candidate
-        head = (alive.join(set_k.select("_set", "_u"), on="_set", how="inner").select("_row", "_u").sort("_u")
-                .join(unit_tab, on="_u", how="left", maintain_order="left"))
-        head = (head.with_columns(messages.gather(head.get_column("_row")).alias("message"))
-                .filter(pl.col("message").str.contains(pl.col("_pattern"))))
-        return (head.sort(["_row", "_u"]).unique("_row", keep="first", maintain_order=True)
+        hit = _tested(alive.join(set_k.select("_set", "_u"), on="_set", how="inner"), unit_tab, messages)
+        return (hit.filter(pl.col("_ok")).sort(["_row", "_u"]).unique("_row", keep="first", maintain_order=True)
                 .select("_row", "_u", "_rule_id", "message"))
     won: list[pl.DataFrame] = []
     k = 0
     while alive.height:
-        head = (alive.join(set_k.filter(pl.col("_k") == k).select("_set", "_u"), on="_set", how="inner")
-                .select("_row", "_u").sort("_u")     # by pattern: consecutive rows reuse the compiled regex
-                .join(unit_tab, on="_u", how="left", maintain_order="left"))
+        head = _tested(alive.join(set_k.filter(pl.col("_k") == k).select("_set", "_u"), on="_set", how="inner"),
+                       unit_tab, messages)
         if head.height == 0:
             break
-        head = (head.with_columns(messages.gather(head.get_column("_row")).alias("message"))
-                .with_columns(pl.col("message").str.contains(pl.col("_pattern")).alias("_ok")))
         hit = head.filter(pl.col("_ok"))
         won.append(hit.select("_row", "_u", "_rule_id", "message"))
         alive = alive.join(head.select("_row"), on="_row", how="semi")     # rows that had a k-th candidate
@@ -172,6 +166,14 @@ def _first_matching_by_set(hits: pl.DataFrame, lit_tab: pl.DataFrame, free: list
     if not won:
         return pl.DataFrame(schema={"_row": pl.UInt32, "_u": pl.UInt32, "_rule_id": pl.String, "message": pl.String})
     return pl.concat(won).sort("_row")
+
+
+def _tested(pairs: pl.DataFrame, unit_tab: pl.DataFrame, messages: pl.Series) -> pl.DataFrame:
+    """(row, unit) candidate pairs with the unit's rule id, the row's message and ``_ok``: its pattern matches."""
+    head = (pairs.select("_row", "_u").sort("_u")     # by pattern: consecutive rows reuse the compiled regex
+            .join(unit_tab, on="_u", how="left", maintain_order="left"))
+    return (head.with_columns(messages.gather(head.get_column("_row")).alias("message"))
+            .with_columns(pl.col("message").str.contains(pl.col("_pattern")).alias("_ok")))
 
 
 def _extract(sub: pl.DataFrame, rule: Rule, pattern: str) -> pl.DataFrame:
