@@ -16,6 +16,7 @@ for small context reads) this avoids the server-side sort and the per-row Python
 from __future__ import annotations
 
 import io
+import threading
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
@@ -35,6 +36,8 @@ __all__ = ["COUNT_SCHEMA", "history_batches_fast", "line_counts", "logsql_field"
            "stream_map"]
 
 NS = 1_000_000_000
+# slices parsed and selected at once (Polars runs each on its own pool too)
+_CPU_STAGE = 2
 
 
 def plan_slices(client: VictoriaLogsClient, query: str, start_ns: int, end_ns: int,
@@ -231,42 +234,60 @@ def history_batches_fast(client: VictoriaLogsClient, query: str, start_ns: int, 
     seq = 0
     order = (*dict.fromkeys((*keys, *full)), "_ts")
 
+    # Two stages per slice, gated apart: the download (``workers`` at once: the server's share
+    # of the cores) and the parse/selection (``cpu`` at once: ours). A slice whose body is in
+    # waits for a CPU place without holding a download place, so the server always has the next
+    # slices' exports in hand while Polars parses the earlier ones (with one gate for both, the
+    # server sat idle while every in-flight slice was being parsed, and the last slice's export
+    # started only after the first one was consumed).
+    downloads, cpu = threading.Semaphore(max(1, workers)), threading.Semaphore(_CPU_STAGE)
+
+    def body(query: str, lo: int, hi: int) -> bytes:
+        with downloads:
+            return client.query_bytes(query, lo, hi)
+
     def fetch(lo: int, hi: int) -> tuple[pl.DataFrame, Any]:
         # in the pool: the server exports the next slices and Polars parses (and ``select``s)
         # them (it releases the GIL) while this thread reads on the previous one
         df: pl.DataFrame | None = None
         if smap is not None:
-            df = _parsed(client.query_bytes(q_lean, lo, hi), lean, full)
-            if df.height == 0:
-                df = df.with_columns(pl.lit(None, pl.String).alias("_stream_id")).select(order)
-            elif select is not None:
-                # the selection sees every row but keeps few: identity from the stream fields
-                # (only where two rows share a time: rows with distinct times are distinct
-                # lines, see vl_local.split_frame), the id joined onto the kept rows only
-                got = (_stream_identity(df, smap, True) if opts.dedupe and df["_ts"].n_unique() < df.height
-                       else df.drop("_stream_id", strict=False))
-                if got is not None:
-                    rows, extra = select(got)
-                    if rows.height == 0:
-                        return rows.with_columns(pl.lit(None, pl.String).alias("_stream_id")).select(order), extra
-                    ided = _with_stream_ids(rows, smap, order)
-                    if ided is not None:
-                        return ided, extra
-                # a row whose stream the map lacks (it appeared after the map was taken):
-                # the slice exported again with _stream_id
-                df = None
-            else:
-                df = _with_stream_ids(df, smap, order)
+            raw = body(q_lean, lo, hi)
+            with cpu:
+                df = _parsed(raw, lean, full)
+                del raw
+                if df.height == 0:
+                    df = df.with_columns(pl.lit(None, pl.String).alias("_stream_id")).select(order)
+                elif select is not None:
+                    # the selection sees every row but keeps few: identity from the stream fields
+                    # (only where two rows share a time: rows with distinct times are distinct
+                    # lines, see vl_local.split_frame), the id joined onto the kept rows only
+                    got = (_stream_identity(df, smap, True) if opts.dedupe and df["_ts"].n_unique() < df.height
+                           else df.drop("_stream_id", strict=False))
+                    if got is not None:
+                        rows, extra = select(got)
+                        if rows.height == 0:
+                            return rows.with_columns(pl.lit(None, pl.String).alias("_stream_id")).select(order), extra
+                        ided = _with_stream_ids(rows, smap, order)
+                        if ided is not None:
+                            return ided, extra
+                    # a row whose stream the map lacks (it appeared after the map was taken):
+                    # the slice exported again with _stream_id
+                    df = None
+                else:
+                    df = _with_stream_ids(df, smap, order)
         if df is None:
-            df = _parsed(client.query_bytes(q, lo, hi), keys, full).select(order)
-        if select is not None:
-            return select(df)
+            raw = body(q, lo, hi)
+            with cpu:
+                df = _parsed(raw, keys, full).select(order)
+                del raw
+                if select is not None:
+                    return select(df)
         return df, None
 
-    # up to ``ahead`` slices in flight, one worker each: the server always has a request while
-    # the others are parsed (with the parse in the fetching worker and only ``workers`` of them,
-    # the server sat idle while both parsed)
-    ahead = max(1, workers) + 1
+    # up to ``ahead`` slices in flight (bodies and parsed frames held: memory ~ ahead x slice):
+    # with ``select`` (replay) the downloads and the selections each have their full share; without
+    # it (the watcher's re-reads, selected in this thread) as before, one slice beyond the downloads
+    ahead = max(1, workers) + (_CPU_STAGE if select is not None else 1)
     with ThreadPoolExecutor(max_workers=ahead) as pool:
         futures: list[Future[tuple[pl.DataFrame, Any]] | None] = [pool.submit(fetch, lo, hi)
                                                                   for lo, hi in slices[:ahead]]
