@@ -9,8 +9,9 @@
   detectors: precision / recall, culprit accuracy, detection latency and, for hangs, lead time
   over the NCCL watchdog (the first watchdog line the scenario logs).
 * ``inject_novel_fault(src, dst, ...)`` — copies a scenario and adds a burst of log lines that no
-  rule covers (a Lustre/LNet client timeout storm) on one node, for the isolation forest's novel-fault
-  evaluation (``evaluate_novel``).
+  rule covers (a MegaRAID controller's event storm over a failing disk) on one node, for the isolation
+  forest's novel-fault evaluation (``evaluate_novel``). (It injected a Lustre/LNet timeout storm until the d19
+  sweep gave those lines a rule, ``host_hardware.netfs_server_unreachable``.)
 
 Numbers are event-time seconds. Nothing here prints; the CLI (``train``) and benchmarks do.
 """
@@ -198,17 +199,22 @@ def evaluate_detectors(root: str | Path, anomaly: Any = None, window: str = "60s
 
 # -- novel faults -------------------------------------------------------------------------------
 
+# linux drivers/scsi/megaraid/megaraid_sas_base.c megasas_decode_evt(): "%d (%s/0x%04x/%s) - %s" (sequence number,
+# the controller's time, locale, class, the firmware's event text), and the SCSI midlayer's sense decoding
+# (drivers/scsi/scsi_logging.c: "Sense Key : %s [%s]", "Add. Sense: %s") for the disk behind it
 NOVEL_TEMPLATES = (
-    "Lustre: 11-0: scratch-OST{o:04x}-osc-ffff9a{h:06x}: operation ost_write to node 10.{a}.0.{b}@o2ib failed: rc = -107",
-    "Lustre: scratch-OST{o:04x}-osc-ffff9a{h:06x}: Connection to scratch-OST{o:04x} (at 10.{a}.0.{b}@o2ib) was lost; in progress operations using this service will wait for recovery to complete",
-    "LNet: {p}:0:(o2iblnd_cb.c:3370:kiblnd_check_conns()) Timed out tx for 10.{a}.0.{b}@o2ib: {o} seconds",
+    "megaraid_sas 0000:{a:02x}:00.0: {p} ({h}s/0x0004/WARN) - Command timeout on PD {o:02d}(e0x20/s{b})",
+    "megaraid_sas 0000:{a:02x}:00.0: {p} ({h}s/0x0002/WARN) - Unexpected sense: PD {o:02d}(e0x20/s{b}) Path "
+    "5000c500a1b2c3{b:02x}, CDB: 28 00 01 a2 b3 c4 00 00 08 00, Sense: 3/11/00",
+    "sd 0:2:{o}:0: [sd{c}] tag#{p} Sense Key : Medium Error [current]",
+    "sd 0:2:{o}:0: [sd{c}] tag#{p} Add. Sense: Unrecovered read error",
 )
 
 
 def inject_novel_fault(src: str | Path, dst: str | Path, node: str | None = None, at_s: float = 3000.0,
                        lines: int = 400, span_s: float = 90.0, seed: int = 0) -> dict[str, Any]:
-    """Copy scenario ``src`` to ``dst`` and append a Lustre/LNet timeout storm to ``node``'s kern.log,
-    ``at_s`` seconds after the scenario start. Rewrites truth.json for the injected fault."""
+    """Copy scenario ``src`` to ``dst`` and append a disk-controller event storm (:data:`NOVEL_TEMPLATES`) to
+    ``node``'s kern.log, ``at_s`` seconds after the scenario start. Rewrites truth.json for the injected fault."""
 
     s, d = Path(src), Path(dst)
     if d.exists():
@@ -225,14 +231,15 @@ def inject_novel_fault(src: str | Path, dst: str | Path, node: str | None = None
     for t in ts:
         tm = dt.datetime.fromtimestamp(int(t) // NS, tz=dt.UTC)
         tmpl = NOVEL_TEMPLATES[int(rng.integers(0, len(NOVEL_TEMPLATES)))]
-        msg = tmpl.format(o=int(rng.integers(0, 64)), h=int(rng.integers(0, 2**24)), a=int(rng.integers(1, 9)),
-                          b=int(rng.integers(1, 250)), p=int(rng.integers(1000, 99999)))
+        msg = tmpl.format(o=int(rng.integers(0, 16)), h=int(rng.integers(700_000_000, 2**30)),
+                          a=int(rng.integers(1, 255)), b=int(rng.integers(0, 24)), p=int(rng.integers(1000, 99999)),
+                          c="abcdefgh"[int(rng.integers(0, 8))])
         out.append(f"{tm:%b} {tm.day:2d} {tm:%H:%M:%S} {node} kernel: [{(t - start) / NS + 3270000:.6f}] {msg}")
     existing = kern.read_text().splitlines() if kern.exists() else []
     merged = sorted(existing + out, key=lambda line: line[:15])   # syslog lines sort by their timestamp
     kern.write_text("\n".join(merged) + "\n")
     fault_t = int(ts[0])
-    truth.update({"scenario": d.name, "fault_kind": "novel_lustre_storm", "category": "anomaly", "culprit_node": node,
+    truth.update({"scenario": d.name, "fault_kind": "novel_raid_storm", "category": "anomaly", "culprit_node": node,
                   "culprit_gpu": None, "node_fault": True, "xid": None, "fault_time": ns_to_iso(fault_t),
                   "decisive_time": ns_to_iso(fault_t), "expect_incident": True,
                   "acceptable_actions": ["investigate"]})

@@ -514,8 +514,12 @@ def node_fail(s: Script, f: Spec) -> Fault:
                  progress_stop=f.t, node_dead=(k, f.t), decisive_host=c.ctl_host)
 
 
-def novel_nvme_storm(s: Script, f: Spec) -> Fault:
-    """A failing local NVMe floods the kernel log with lines no rule knows: a target for the anomaly model."""
+def nvme_storm(s: Script, f: Spec) -> Fault:
+    """A failing local NVMe floods the kernel log (linux drivers/nvme/host/pci.c nvme_timeout()'s "I/O %d QID %d
+    timeout, aborting" and "controller is down; will reset", block/blk-core.c's I/O error, fs/ext4/page-io.c's
+    ext4_end_bio warning). It was the anomaly model's target while no rule read these lines; since
+    ``host_hardware.block_io_error`` does, it is a host-hardware fault to investigate (``novel_sas_storm`` is
+    the model's target now)."""
     k = f.node
     t, end = f.t, f.t + 10 * 60 * NS
     first = None
@@ -534,7 +538,33 @@ def novel_nvme_storm(s: Script, f: Spec) -> Fault:
             s.kern(t + 90_000_000, k, f"EXT4-fs warning (device nvme0n1p1): ext4_end_bio:343: I/O error 10 writing "
                    f"to inode {int(s.rng.integers(1000, 99999))} starting block {sector // 8})")
         t += s.jitter(0.5, 4.0)
-    return Fault(kind="novel_nvme_storm", category="anomaly", culprit_node=k, culprit_gpu=None, node_fault=True,
+    return Fault(kind="nvme_storm", category="host_hardware", culprit_node=k, culprit_gpu=None, node_fault=True,
+                 fault_t=first, decisive_t=first, actions=("investigate", "drain_node"))
+
+
+def novel_sas_storm(s: Script, f: Spec) -> Fault:
+    """A failing SAS disk behind the node's HBA floods the kernel log with lines no rule knows: a target for
+    the anomaly model. The texts are the kernel's: linux drivers/scsi/mpt3sas/mpt3sas_base.c
+    _base_sas_log_info() ("log_info(0x%08x): originator(%s), code(0x%02x), sub_code(0x%04x)"), the SCSI
+    midlayer's completion report (drivers/scsi/scsi_logging.c: "<msg><mlret> Result: hostbyte=%s
+    driverbyte=%s") and its sense decoding ("Sense Key : %s [%s]", "Add. Sense: %s")."""
+    k = f.node
+    t, end = f.t, f.t + 10 * 60 * NS
+    first = None
+    codes = ((0x31120303, "PL", 0x12, 0x0303), (0x31110e05, "PL", 0x11, 0x0e05), (0x3112011a, "PL", 0x12, 0x011a))
+    while t < end:
+        info, orig, code, sub = codes[int(s.rng.integers(0, len(codes)))]
+        t1 = s.kern(t, k, f"mpt3sas_cm0: log_info(0x{info:08x}): originator({orig}), code(0x{code:02x}), "
+                          f"sub_code(0x{sub:04x})")
+        first = t1 if first is None else first
+        tag = int(s.rng.integers(0, 4096))
+        s.kern(t + 3_000_000, k, f"sd 0:0:4:0: [sde] tag#{tag} FAILED Result: hostbyte=DID_SOFT_ERROR "
+                                 f"driverbyte=DRIVER_OK cmd_age={int(s.rng.integers(0, 31))}s")
+        if s.rng.random() < 0.3:
+            s.kern(t + 4_000_000, k, f"sd 0:0:4:0: [sde] tag#{tag} Sense Key : Medium Error [current]")
+            s.kern(t + 4_500_000, k, f"sd 0:0:4:0: [sde] tag#{tag} Add. Sense: Unrecovered read error")
+        t += s.jitter(0.5, 4.0)
+    return Fault(kind="novel_sas_storm", category="anomaly", culprit_node=k, culprit_gpu=None, node_fault=True,
                  fault_t=first, decisive_t=first, actions=("investigate", "none", "drain_node"))
 
 
@@ -575,5 +605,6 @@ SCENARIOS: dict[str, tuple[Callable[[Script, Spec], Fault], int]] = {
     "gpu_oom": (gpu_oom, 60),
     "host_oom": (host_oom, 60),
     "node_fail": (node_fail, 400),
-    "novel_nvme_storm": (novel_nvme_storm, 660),
+    "nvme_storm": (nvme_storm, 660),
+    "novel_sas_storm": (novel_sas_storm, 660),
 }

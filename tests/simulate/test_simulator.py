@@ -20,7 +20,7 @@ TRUTH_KEYS = {"scenario", "seed", "fault_kind", "category", "culprit_node", "cul
               "decisive_time", "acceptable_actions", "never_drain", "job_id", "nodes", "expect_incident"}
 CATEGORIES = {"xid", "ecc_memory", "nvlink", "pcie", "infiniband_link", "nccl_network_error", "nccl_timeout_hang",
               "nccl_other", "cuda_error", "oom_gpu", "oom_host", "thermal_power", "slurm_job_failure",
-              "software_exception", "straggler", "anomaly"}
+              "software_exception", "host_hardware", "straggler", "anomaly"}
 ACTIONS = {"drain_node", "requeue_job", "cancel_job", "reset_gpu", "resume_node", "investigate", "none"}
 
 
