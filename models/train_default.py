@@ -10,8 +10,8 @@
    training windows (``--normal-only``: only windows before each scenario's fault);
 4. evaluate on seed 2: scenario-level recall (a flagged culprit window within 10 min of the
    fault), false alarms on healthy runs, and recall on injected novel faults (a disk-controller
-   event storm no rule covers, ``detector_eval.inject_novel_fault``, injected into 6 held-out runs) and on the simulator's own
-   ``novel_*`` scenarios (seeds 0-4) — and store those metrics in the sidecar.
+   event storm no rule covers, ``detector_eval.inject_novel_fault``, injected into 6 held-out runs)
+   and on the simulator's own ``novel_*`` scenarios (seeds 0-4) — and store those metrics in the sidecar.
 
 Everything is seeded: the same library versions give the same forest and the same scores
 (``train_scores_sha256`` in the sidecar's metrics). The skops archive's bytes (and so its

@@ -40,8 +40,9 @@ CORPUS = Path(__file__).resolve().parents[1] / "corpus" / "real"
 # split is 0.774 (161/208). A sixth blind pass (`h6-*`, 48 excerpts, 36 non-benign) scored 0.667 (24/36) on the rules
 # as they stood when it was merged (measured once); with it the held-out split is 0.758 (185/244), and 0.766 (187/244)
 # after the d9-*..d12-* passes and the container-log reader change of 2026-12-03 (measured once); 2026-12-04: 0.766 after the
-# d13c Slurm PMIx/daemon-fatal rules, 0.775 (189/244, unambiguous 0.895) after the thermal and straggler fallbacks; 2026-12-06: 0.783 (191/244, unambiguous 0.895) after the d14-*..d16-*
-# dev passes and the d17 emitter-source sweep (measured once, aggregate). Its floor here is a
+# d13c Slurm PMIx/daemon-fatal rules, 0.775 (189/244, unambiguous 0.895) after the thermal and straggler fallbacks;
+# 2026-12-06: 0.783 (191/244, unambiguous 0.895) after the d14-*..d16-* dev passes and the d17 emitter-source sweep,
+# unchanged after the d18/d19 sweeps (measured once each, aggregate). Its floor here is a
 # regression guard just below that measurement; the dev split carries the floors. Crashes and benign actions
 # have the same zero floors everywhere.
 HOLDOUT_MIN_CATEGORY = 0.75

@@ -11,6 +11,7 @@ import pytest
 
 from recovery_logs.cli import main
 from recovery_logs.errors import ConfigError
+from recovery_logs.schema import Category
 from recovery_logs.simulate import SimOptions, scenario_names, simulate, simulate_one
 from recovery_logs.sources.files import ReadOptions, read_paths
 from recovery_logs.timeutil import iso_to_ns
@@ -18,9 +19,7 @@ from recovery_logs.timeutil import iso_to_ns
 SMALL = {"nodes": 3, "gpus_per_node": 4, "duration_s": 1200.0}
 TRUTH_KEYS = {"scenario", "seed", "fault_kind", "category", "culprit_node", "culprit_gpu", "fault_time",
               "decisive_time", "acceptable_actions", "never_drain", "job_id", "nodes", "expect_incident"}
-CATEGORIES = {"xid", "ecc_memory", "nvlink", "pcie", "infiniband_link", "nccl_network_error", "nccl_timeout_hang",
-              "nccl_other", "cuda_error", "oom_gpu", "oom_host", "thermal_power", "slurm_job_failure",
-              "software_exception", "host_hardware", "straggler", "anomaly"}
+CATEGORIES = {c.value for c in Category}     # the engine's incident categories
 ACTIONS = {"drain_node", "requeue_job", "cancel_job", "reset_gpu", "resume_node", "investigate", "none"}
 
 
