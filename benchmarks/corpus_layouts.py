@@ -19,7 +19,11 @@ The layouts, each as the emitter writes it:
 * ``srun_label``: ``srun --label``, "N: " (Slurm write_labelled_message.c);
 * ``crlf``: CRLF line ends (a Windows paste, some shippers);
 * ``indent4``: four spaces before every line (a Markdown code block pasted as it is);
-* ``dmesg_T``: ``dmesg -T`` human times in place of the seconds since boot.
+* ``dmesg_T``: ``dmesg -T`` human times in place of the seconds since boot;
+* ``wrap80``, ``wrap120``: a terminal's hard wrap kept by the copy (tmux/screen scrollback, a CI log viewer, a
+  notebook's output): every line longer than 80 / 120 characters cut into pieces of exactly that width. The readers
+  join the pieces back where the cut can only be inside a line (``formats.join_wraps``); a cut before a capital or
+  a blank stays two lines, so some loss is expected here.
 """
 
 from __future__ import annotations
@@ -45,6 +49,15 @@ def _each_line(fmt: Callable[[str, int], str]) -> Callable[[str], str]:
     return lambda text: "\n".join(fmt(line, i) for i, line in enumerate(text.split("\n")))
 
 
+def _wrapped(text: str, width: int) -> str:
+    """Every line longer than ``width`` cut into ``width``-character pieces (a terminal's hard wrap kept
+    by the copy: tmux/screen scrollback, a CI log viewer, a notebook's output)."""
+    out = []
+    for ln in text.split("\n"):
+        out.extend([ln[k:k + width] for k in range(0, len(ln), width)] or [""])
+    return "\n".join(out)
+
+
 def _sec(i: int) -> str:
     return f"{i % 60:02d}"
 
@@ -60,6 +73,8 @@ LAYOUTS: dict[str, Callable[[str], str]] = {
     "crlf": lambda text: text.replace("\n", "\r\n"),
     "indent4": _each_line(lambda ln, i: f"    {ln}"),
     "dmesg_T": _each_line(lambda ln, i: _DMESG.sub(f"[Thu Dec  3 12:00:{_sec(i)} 2026] ", ln)),
+    "wrap80": lambda text: _wrapped(text, 80),
+    "wrap120": lambda text: _wrapped(text, 120),
 }
 
 

@@ -173,6 +173,119 @@ def paste_indent(head: bytes) -> str | None:
     return common or None
 
 
+# Hard-wrapped pastes (issue 13: "a line wrapped in the middle of SeqNum=..."). A log copied out of a terminal
+# multiplexer's scrollback, a CI log viewer, an e-mail or a notebook cell keeps the terminal's wrap: every line longer
+# than the terminal is cut into pieces of exactly its width, and the pieces read as lines of their own (a rule sees
+# "OpTy" and "pe=BROADCAST", the kernel reader a line without its prefix). The width is decided once per stream from
+# its head: its longest line, when that is 60-400 characters and at least two different lines of that length end in a
+# character that is not a blank (one long line is what every excerpt has; a wrap cuts every long line), and two of
+# them go on in the next line by the test below (a program's longest lines, two of one template, do not). A line of
+# exactly that width is joined with the next where the cut can only be inside a line: a letter, digit or "_" (or one
+# blank after a word) before it, and after it a lower-case letter, a digit, "_" or the punctuation that goes on an
+# expression — never a blank, a capital, "[", "<", "|" or "+" — and the next line cannot be a record of its own: it
+# does not start with a date or clock time, a known program's "tag:", a "key:  value" row, a separator run, the lead
+# of this line or of a line that starts a record elsewhere in the head, nor with a field aligned at this line's
+# column (a table's rows).
+# A wrap that fell elsewhere (before a capital or a blank) stays two lines: a missed join costs little, a false one
+# merges two records.
+WRAP_MIN, WRAP_MAX = 60, 400
+_WRAP_NOT_NEXT = (r"^(?:(?:kernel|slurm(?:stepd|d|ctld|dbd)|srun|sbatch|salloc|systemd(?:-oomd)?|oom_reaper|earlyoom|"
+                  r"nvidia-smi|dcgmi|nv-hostengine|nvidia-(?:persistenced|fabricmanager)|mlx5_core|bash|sh|python\d*|"
+                  r"wandb|torchrun|deepspeed|mpirun|orterun)(?:\[\d+\])?:(?:\s|$)|[\w.-]+:\s{2,}\S|--|={3}|_{3}|\.{3}"
+                  r"|\d{4}-\d\d-\d\d|\d{1,2}:\d\d:\d\d|\d{9,}(?:\.\d+)?\s)")
+_WRAP_WORD_END, _WRAP_WORD_START = r"(?:[A-Za-z0-9_]|[^\s] )$", r"^[a-z0-9_=,.;:/)}\]'\"%(-]"
+
+
+@dataclass(frozen=True)
+class WrapWidth:
+    """A stream's terminal width and the leads of its head's record starts (``wrap_widths``)."""
+
+    width: int
+    leads: frozenset[str] = frozenset()
+
+
+def _lead(t: pl.Expr) -> pl.Expr:
+    """A line's lead: its first word with every run of digits as 0 ("gpu5:35917:35994" -> "gpu0:0:0")."""
+    return t.str.extract(r"^(\S{1,32})").str.replace_all(r"\d+", "0")
+
+
+def wrap_widths(df: pl.DataFrame, fid: str | None = None, head_bytes: int = 64 * 1024) -> dict[int, WrapWidth]:
+    """The terminal width each stream of ``df`` (``lineno``, ``text``; streams told apart by ``fid``,
+    key 0 without) was hard-wrapped at, from its first ``head_bytes`` of lines (see above), with the
+    leads of the head's lines that follow a line shorter than the width (they start records: NCCL's
+    "host:pid:tid", a logger's prefix; a line with one of them is never a piece); streams with no
+    wrap are left out. Decided from the head alone, so any chunking of a stream reads it the same."""
+    if df.height < 2:
+        return {}
+    fcol = pl.col(fid) if fid else pl.lit(0, pl.Int64)
+    t = pl.col("text")
+    h = (df.head(4096) if not fid else df.filter(pl.col("lineno") <= 4096)).select(
+        fcol.alias("__f"), "text", t.str.len_chars().alias("__l"),
+        (t.str.len_bytes() + 1).cum_sum().over(fcol).alias("__b"))
+    h = h.filter(pl.col("__b") <= head_bytes)
+    top = h.group_by("__f").agg(pl.col("__l").max().alias("__w"), pl.len().alias("__n"))
+    top = top.filter(pl.col("__w").is_between(WRAP_MIN, WRAP_MAX) & (pl.col("__n") >= 2))
+    if top.height == 0:
+        return {}
+    at = (h.join(top, on="__f").filter((pl.col("__l") == pl.col("__w")) & ~t.str.contains(r"\s$"))
+          .group_by("__f").agg(pl.col("__w").first(), t.n_unique().alias("__k")).filter(pl.col("__k") >= 2))
+    if at.height == 0:
+        return {}
+    h = h.join(at.select("__f", "__w"), on="__f")
+    sure = (pl.col("__l").shift(1).over("__f") != pl.col("__w")).fill_null(True)
+    leads = (h.filter(sure).select("__f", _lead(t).alias("__lead")).drop_nulls().unique()
+             .group_by("__f").agg(pl.col("__lead")))
+    got = {int(f): frozenset(ls) for f, ls in leads.iter_rows()}
+    cand = {int(f): WrapWidth(int(w), got.get(int(f), frozenset())) for f, w, _ in at.iter_rows()}
+    # a wrap shows itself in the head: at least two of its pieces go on in the next line (a program's log whose
+    # longest lines are two of one template has none)
+    head = h.select(pl.col("__f").alias("_f"), "text")
+    joins = head.with_columns(_join_mask(head, cand, "_f").alias("__j")).group_by("_f").agg(pl.col("__j").sum())
+    return {f: cand[f] for f, n in joins.iter_rows() if n >= 2}
+
+
+def _join_mask(df: pl.DataFrame, wraps: dict[int, WrapWidth], fid: str | None) -> pl.Series:
+    """Per line of ``df``: it is a piece that goes on in the next line (see the comment above)."""
+    fcol = pl.col(fid) if fid else pl.lit(0, pl.Int64)
+    keys = list(wraps)
+    width = fcol.replace_strict(keys, [w.width for w in wraps.values()], default=None, return_dtype=pl.Int64)
+    t = pl.col("text")
+    nxt = t.shift(-1)
+    same = (pl.col(fid).shift(-1) == pl.col(fid)) if fid else pl.lit(True)
+    known = pl.DataFrame({"__f": [f for f, w in wraps.items() for _ in w.leads],
+                          "__lead": [ld for w in wraps.values() for ld in w.leads]},
+                         schema={"__f": pl.Int64, "__lead": pl.String}).with_columns(pl.lit(True).alias("__k"))
+    # a table's rows: a field aligned at the same column after a run of blanks (lm-sensors, sacct, nvidia-smi -q)
+    col = t.str.extract(r"^(\S[^\n]*?\s{2,})\S").str.len_chars()
+    x = df.select(fcol.cast(pl.Int64).alias("__f"), _lead(t).alias("__lead"), col.alias("__col"))
+    x = x.join(known, on=["__f", "__lead"], how="left", maintain_order="left")
+    joins = ((t.str.len_chars() == width) & same & ~pl.col("__k").shift(-1).fill_null(False)
+             & t.str.contains(_WRAP_WORD_END) & nxt.str.contains(_WRAP_WORD_START) & ~nxt.str.contains(_WRAP_NOT_NEXT)
+             & (pl.col("__lead").shift(-1) != pl.col("__lead")).fill_null(True)
+             & (pl.col("__col").shift(-1) != pl.col("__col")).fill_null(True)).fill_null(False)
+    return df.with_columns(x["__k"], x["__lead"], x["__col"]).select(joins.alias("j"))["j"]
+
+
+def join_wraps(df: pl.DataFrame, wraps: dict[int, WrapWidth], fid: str | None = None) -> pl.DataFrame:
+    """``df`` (``lineno``, ``text``, one stream's lines in order, or many streams' told apart by ``fid``)
+    with each hard-wrapped line's pieces joined back into one line (the first piece's ``lineno``).
+    ``wraps``: each stream's :func:`wrap_widths` (by ``fid`` value; key 0 without ``fid``)."""
+    if not wraps or df.height < 2:
+        return df
+    if fid and len(wraps) < df[fid].n_unique():     # only the wrapped streams' lines are looked at
+        hit = pl.col(fid).is_in(list(wraps))
+        wrapped = join_wraps(df.filter(hit), wraps, fid)
+        return pl.concat([df.filter(~hit), wrapped]).sort([fid, "lineno"], maintain_order=True)
+    j = _join_mask(df, wraps, fid)
+    if not j.any():
+        return df
+    cols = df.columns
+    return (df.with_columns((~j.shift(1, fill_value=False)).cum_sum().alias("__g"))
+            .group_by("__g", maintain_order=True)
+            .agg(*[pl.col(c).first() for c in cols if c != "text"], pl.col("text").str.join(""))
+            .select(cols))
+
+
 def strip_paste_indent(text: pl.Expr, indent: pl.Expr | str) -> pl.Expr:
     """``text`` without a paste's ``indent`` (``paste_indent``); a line that is only the indent's marks
     (a quote's blank line, ``>``) is blank, as ``paste_indent`` counted it."""

@@ -28,10 +28,12 @@ from recovery_logs.schema import QuarantineReason
 from recovery_logs.sources.formats import (
     ParseContext,
     file_source_kind,
+    join_wraps,
     may_be_indented_paste,
     parse_lines,
     paste_indent,
     strip_paste_indent,
+    wrap_widths,
 )
 from recovery_logs.sources.read_common import (
     MAX_LINE_BYTES,
@@ -146,6 +148,12 @@ def _lines(files: Sequence[WholeFile], stats: collections.Counter, quar: list[pl
         df = df.with_columns(text=pl.when(fcol.is_in(list(indents))).then(strip_paste_indent(pl.col("text"), ind))
                              .otherwise(pl.col("text")))
     stats["lines"] += df.height
+    # hard-wrapped pastes: their pieces joined back, as TextParser does (``wrap_width``)
+    text_files = [fid for fid, f in enumerate(files) if f.fmt != "vl-jsonl"]
+    wraps = wrap_widths(df if len(text_files) == len(files) else df.filter(pl.col("_fid").is_in(text_files)),
+                        fid="_fid", head_bytes=DETECT_BYTES) if text_files else {}
+    if wraps:
+        df = join_wraps(df, wraps, fid="_fid")
     over = df.filter(pl.col("text").str.len_bytes() > MAX_LINE_BYTES)
     if over.height:
         stats["oversized"] += over.height

@@ -33,11 +33,14 @@ from recovery_logs.schema import EVENT_SCHEMA, QuarantineReason
 from recovery_logs.sources.formats import (
     TEXT_FORMATS,
     ParseContext,
+    WrapWidth,
     detect_format,
+    join_wraps,
     may_be_indented_paste,
     parse_lines,
     paste_indent,
     strip_paste_indent,
+    wrap_widths,
 )
 from recovery_logs.sources.lineformat import LINE_FORMAT, parse_line_format, select_line_format
 from recovery_logs.sources.read_common import (
@@ -122,6 +125,11 @@ class TextParser:
         # decided once from the stream's head; other formats have none
         self._indent: str | None = None
         self._indent_known = self.fmt not in (None, "job")
+        # a hard-wrapped paste's terminal width (``formats.wrap_width``), decided once from the first
+        # lines split (a whole file, or at least DETECT_BYTES of it; a shorter first chunk of a live
+        # tail: never); a wrap cut across two chunks stays two lines
+        self._wrap: WrapWidth | None = None
+        self._wrap_known = False
 
     @property
     def next_seq(self) -> int:
@@ -258,6 +266,19 @@ class TextParser:
         if self._indent:
             df = df.with_columns(text=strip_paste_indent(pl.col("text"), self._indent))
         n = df.height
+        if not self._wrap_known and self.fmt != "vl-jsonl":
+            self._wrap_known = True
+            if final or len(complete) + len(self._pending) >= DETECT_BYTES:
+                self._wrap = wrap_widths(df, head_bytes=DETECT_BYTES).get(0)
+        if self._wrap is not None:
+            if not final and df.height and not bad and not self._over:
+                # a last line of the wrap width may go on in the next chunk: held back with the
+                # incomplete line (read again from its bytes), so the join does not depend on the chunking
+                if len(df["text"][-1]) == self._wrap.width:
+                    self._pending = complete[complete.rfind(b"\n") + 1:] + b"\n" + self._pending
+                    df = df.head(df.height - 1)
+                    n -= 1
+            df = join_wraps(df, {0: self._wrap})
         self._next_line = start + n
         stats["lines"] += n
         if bad:
