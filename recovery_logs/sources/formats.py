@@ -214,56 +214,71 @@ def wrap_widths(df: pl.DataFrame, fid: str | None = None, head_bytes: int = 64 *
     key 0 without) was hard-wrapped at, from its first ``head_bytes`` of lines (see above), with the
     leads of the head's lines that follow a line shorter than the width (they start records: NCCL's
     "host:pid:tid", a logger's prefix; a line with one of them is never a piece); streams with no
-    wrap are left out. Decided from the head alone, so any chunking of a stream reads it the same."""
+    wrap are left out. Decided from the head alone, so any chunking of a stream reads it the same.
+    The regular expressions run only on the lines of the width and the lines after them (and on the
+    heads of the streams that still look wrapped then): a fleet's files cost a length and a sum."""
     if df.height < 2:
         return {}
     fcol = pl.col(fid) if fid else pl.lit(0, pl.Int64)
     t = pl.col("text")
     h = (df.head(4096) if not fid else df.filter(pl.col("lineno") <= 4096)).select(
-        fcol.alias("__f"), "text", t.str.len_chars().alias("__l"),
+        fcol.cast(pl.Int64).alias("__f"), "text", t.str.len_chars().alias("__l"),
         (t.str.len_bytes() + 1).cum_sum().over(fcol).alias("__b"))
     h = h.filter(pl.col("__b") <= head_bytes)
     top = h.group_by("__f").agg(pl.col("__l").max().alias("__w"), pl.len().alias("__n"))
     top = top.filter(pl.col("__w").is_between(WRAP_MIN, WRAP_MAX) & (pl.col("__n") >= 2))
     if top.height == 0:
         return {}
-    at = (h.join(top, on="__f").filter((pl.col("__l") == pl.col("__w")) & ~t.str.contains(r"\s$"))
+    h = h.join(top.select("__f", "__w"), on="__f", maintain_order="left")
+    at = (h.filter(pl.col("__l") == pl.col("__w")).filter(~t.str.contains(r"\s$"))
           .group_by("__f").agg(pl.col("__w").first(), t.n_unique().alias("__k")).filter(pl.col("__k") >= 2))
     if at.height == 0:
         return {}
-    h = h.join(at.select("__f", "__w"), on="__f")
+    h = h.filter(pl.col("__f").is_in(at["__f"].implode())).select("__f", "text", "__l", "__w")
+
+    def joins(wraps: dict[int, WrapWidth], rows: pl.DataFrame) -> dict[int, int]:
+        m = _join_mask(rows.select("__f", "text"), wraps, "__f")
+        return dict(rows.select("__f").with_columns(m.alias("__j")).group_by("__f").agg(pl.col("__j").sum()).iter_rows())
+
+    # a wrap shows itself in the head: at least two of its pieces go on in the next line (a program's log whose
+    # longest lines are two of one template has none); first without the leads (an upper bound), then with them
+    bare = {int(f): WrapWidth(int(w)) for f, w, _ in at.iter_rows()}
+    keep = [f for f, n in joins(bare, h).items() if n >= 2]
+    if not keep:
+        return {}
+    h = h.filter(pl.col("__f").is_in(keep))
     sure = (pl.col("__l").shift(1).over("__f") != pl.col("__w")).fill_null(True)
     leads = (h.filter(sure).select("__f", _lead(t).alias("__lead")).drop_nulls().unique()
              .group_by("__f").agg(pl.col("__lead")))
     got = {int(f): frozenset(ls) for f, ls in leads.iter_rows()}
-    cand = {int(f): WrapWidth(int(w), got.get(int(f), frozenset())) for f, w, _ in at.iter_rows()}
-    # a wrap shows itself in the head: at least two of its pieces go on in the next line (a program's log whose
-    # longest lines are two of one template has none)
-    head = h.select(pl.col("__f").alias("_f"), "text")
-    joins = head.with_columns(_join_mask(head, cand, "_f").alias("__j")).group_by("_f").agg(pl.col("__j").sum())
-    return {f: cand[f] for f, n in joins.iter_rows() if n >= 2}
+    cand = {f: WrapWidth(bare[f].width, got.get(f, frozenset())) for f in keep}
+    return {f: cand[f] for f, n in joins(cand, h).items() if n >= 2}
 
 
 def _join_mask(df: pl.DataFrame, wraps: dict[int, WrapWidth], fid: str | None) -> pl.Series:
-    """Per line of ``df``: it is a piece that goes on in the next line (see the comment above)."""
+    """Per line of ``df``: it is a piece that goes on in the next line (see the comment above). Only
+    the lines of their stream's width (and the lines after them) are tested."""
     fcol = pl.col(fid) if fid else pl.lit(0, pl.Int64)
     keys = list(wraps)
-    width = fcol.replace_strict(keys, [w.width for w in wraps.values()], default=None, return_dtype=pl.Int64)
-    t = pl.col("text")
-    nxt = t.shift(-1)
-    same = (pl.col(fid).shift(-1) == pl.col(fid)) if fid else pl.lit(True)
-    known = pl.DataFrame({"__f": [f for f, w in wraps.items() for _ in w.leads],
-                          "__lead": [ld for w in wraps.values() for ld in w.leads]},
-                         schema={"__f": pl.Int64, "__lead": pl.String}).with_columns(pl.lit(True).alias("__k"))
-    # a table's rows: a field aligned at the same column after a run of blanks (lm-sensors, sacct, nvidia-smi -q)
-    col = t.str.extract(r"^(\S[^\n]*?\s{2,})\S").str.len_chars()
-    x = df.select(fcol.cast(pl.Int64).alias("__f"), _lead(t).alias("__lead"), col.alias("__col"))
-    x = x.join(known, on=["__f", "__lead"], how="left", maintain_order="left")
-    joins = ((t.str.len_chars() == width) & same & ~pl.col("__k").shift(-1).fill_null(False)
-             & t.str.contains(_WRAP_WORD_END) & nxt.str.contains(_WRAP_WORD_START) & ~nxt.str.contains(_WRAP_NOT_NEXT)
-             & (pl.col("__lead").shift(-1) != pl.col("__lead")).fill_null(True)
-             & (pl.col("__col").shift(-1) != pl.col("__col")).fill_null(True)).fill_null(False)
-    return df.with_columns(x["__k"], x["__lead"], x["__col"]).select(joins.alias("j"))["j"]
+    x = df.select(fcol.cast(pl.Int64).alias("__f"), "text").with_row_index("__i")
+    x = x.with_columns(pl.col("__f").replace_strict(keys, [w.width for w in wraps.values()], default=None,
+                                                    return_dtype=pl.Int64).alias("__w"),
+                       pl.col("text").shift(-1).alias("__n"), pl.col("__f").shift(-1).alias("__nf"))
+    t, nxt = pl.col("text"), pl.col("__n")
+    c = x.filter((t.str.len_chars() == pl.col("__w")) & (pl.col("__nf") == pl.col("__f")))
+    c = c.filter(t.str.contains(_WRAP_WORD_END) & nxt.str.contains(_WRAP_WORD_START) & ~nxt.str.contains(_WRAP_NOT_NEXT))
+    if c.height:
+        # a table's rows: a field aligned at the same column after a run of blanks (lm-sensors, sacct, nvidia-smi -q)
+        col = r"^(\S[^\n]*?\s{2,})\S"
+        c = c.filter((_lead(nxt) != _lead(t)).fill_null(True)
+                     & (nxt.str.extract(col).str.len_chars() != t.str.extract(col).str.len_chars()).fill_null(True))
+    if c.height and any(w.leads for w in wraps.values()):
+        known = pl.DataFrame({"__f": [f for f, w in wraps.items() for _ in w.leads],
+                              "__lead": [ld for w in wraps.values() for ld in w.leads]},
+                             schema={"__f": pl.Int64, "__lead": pl.String})
+        c = c.with_columns(_lead(nxt).alias("__lead")).join(known, on=["__f", "__lead"], how="anti")
+    mask = pl.repeat(False, df.height, dtype=pl.Boolean, eager=True).alias("j")
+    return mask.scatter(c["__i"].cast(pl.Int64), True) if c.height else mask
 
 
 def join_wraps(df: pl.DataFrame, wraps: dict[int, WrapWidth], fid: str | None = None) -> pl.DataFrame:
