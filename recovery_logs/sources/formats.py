@@ -270,13 +270,14 @@ def _join_mask(df: pl.DataFrame, wraps: dict[int, WrapWidth], fid: str | None) -
     if c.height:
         # a table's rows: a field aligned at the same column after a run of blanks (lm-sensors, sacct, nvidia-smi -q)
         col = r"^(\S[^\n]*?\s{2,})\S"
-        c = c.filter((_lead(nxt) != _lead(t)).fill_null(True)
+        c = c.with_columns(_lead(nxt).alias("__lead"))
+        c = c.filter((pl.col("__lead") != _lead(t)).fill_null(True)
                      & (nxt.str.extract(col).str.len_chars() != t.str.extract(col).str.len_chars()).fill_null(True))
     if c.height and any(w.leads for w in wraps.values()):
         known = pl.DataFrame({"__f": [f for f, w in wraps.items() for _ in w.leads],
                               "__lead": [ld for w in wraps.values() for ld in w.leads]},
                              schema={"__f": pl.Int64, "__lead": pl.String})
-        c = c.with_columns(_lead(nxt).alias("__lead")).join(known, on=["__f", "__lead"], how="anti")
+        c = c.join(known, on=["__f", "__lead"], how="anti")
     mask = pl.repeat(False, df.height, dtype=pl.Boolean, eager=True).alias("j")
     return mask.scatter(c["__i"].cast(pl.Int64), True) if c.height else mask
 

@@ -148,7 +148,7 @@ def _lines(files: Sequence[WholeFile], stats: collections.Counter, quar: list[pl
         df = df.with_columns(text=pl.when(fcol.is_in(list(indents))).then(strip_paste_indent(pl.col("text"), ind))
                              .otherwise(pl.col("text")))
     stats["lines"] += df.height
-    # hard-wrapped pastes: their pieces joined back, as TextParser does (``wrap_width``)
+    # hard-wrapped pastes: their pieces joined back, as TextParser does (``formats.wrap_widths``)
     text_files = [fid for fid, f in enumerate(files) if f.fmt != "vl-jsonl"]
     wraps = wrap_widths(df if len(text_files) == len(files) else df.filter(pl.col("_fid").is_in(text_files)),
                         fid="_fid", head_bytes=DETECT_BYTES) if text_files else {}

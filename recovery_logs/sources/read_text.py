@@ -125,9 +125,9 @@ class TextParser:
         # decided once from the stream's head; other formats have none
         self._indent: str | None = None
         self._indent_known = self.fmt not in (None, "job")
-        # a hard-wrapped paste's terminal width (``formats.wrap_width``), decided once from the first
+        # a hard-wrapped paste's terminal width (``formats.wrap_widths``), decided once from the first
         # lines split (a whole file, or at least DETECT_BYTES of it; a shorter first chunk of a live
-        # tail: never); a wrap cut across two chunks stays two lines
+        # tail: never); a piece at a chunk's end is held for the next chunk (``_split``)
         self._wrap: WrapWidth | None = None
         self._wrap_known = False
 
