@@ -87,17 +87,43 @@ def test_policy_normalises_and_flags(tmp_path):
 
 
 async def _run_all(paths: list[Path]) -> dict[str, tuple[nbformat.NotebookNode, BaseException | None, float]]:
+    """Run the notebooks side by side. Kernels are *started* one at a time: jupyter_client picks
+    free ports, closes them and hands them to the kernel, so two kernels started together can be
+    given the same port and one dies with "Kernel died before replying to kernel_info"
+    (jupyter/jupyter_client#154, #490). Started in turn, each kernel holds its ports before the
+    next picks. A kernel that still dies before its first cell (a port taken by another process
+    in that window) is started once more; a cell error is never retried."""
     from nbclient import NotebookClient
 
+    starting = asyncio.Lock()
+
+    class OneAtATime(NotebookClient):
+        async def async_start_new_kernel(self, **kwargs):
+            await starting.acquire()
+            try:
+                await super().async_start_new_kernel(**kwargs)
+            except BaseException:
+                starting.release()
+                raise
+
+        async def async_start_new_kernel_client(self):
+            try:
+                return await super().async_start_new_kernel_client()
+            finally:
+                starting.release()
+
     async def one(p: Path):
-        nb = nbformat.read(p, as_version=4)
         t0 = time.perf_counter()
-        try:
-            await NotebookClient(nb, timeout=240, kernel_name="python3",
-                                 resources={"metadata": {"path": str(ROOT)}}).async_execute()
-            err = None
-        except Exception as exc:  # CellExecutionError and kernel failures alike
-            err = exc
+        for attempt in (1, 2):
+            nb = nbformat.read(p, as_version=4)
+            client = OneAtATime(nb, timeout=240, kernel_name="python3", resources={"metadata": {"path": str(ROOT)}})
+            try:
+                await client.async_execute()
+                err = None
+            except Exception as exc:  # CellExecutionError and kernel failures alike
+                err = exc
+            if err is None or client.code_cells_executed > 0 or attempt == 2:
+                break
         return p.stem, (nb, err, time.perf_counter() - t0)
 
     return dict(await asyncio.gather(*(one(p) for p in paths)))
