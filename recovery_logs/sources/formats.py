@@ -173,6 +173,41 @@ def paste_indent(head: bytes) -> str | None:
     return common or None
 
 
+# `grep` over several log files (`grep -i xid /var/log/messages*`, `grep -r NVRM /var/log/`) puts each line behind its
+# file's name and ":" (a context line of -A/-B/-C behind "-"; with -n the line number and ":"/"-" too): GNU grep
+# src/grep.c print_line_head() prints the file name, then the separator, then the line. Read as it is, a kernel log
+# so grepped has no time and no host. When most of a stream's head is such lines and a syslog, dmesg or ISO time header
+# follows the name, the name is stripped from every line that carries one (a name with a "/" in it, or a log's own
+# name: messages, syslog, kern.log, dmesg, *.log and their rotations); the rest is read as the line.
+_GREP_PATH = (r"(?:(?:[\w.~+-]*/)+[\w.+-]+|(?:messages|syslog|kern\.log|kernel\.log|daemon\.log|user\.log|warn|localmessages"
+              r"|dmesg|[\w.+-]+\.log)(?:[.-]\w+)*)")
+_GREP_HEADER = (r"(?:<\d{1,3}>)?[A-Z][a-z]{2} +\d{1,2} \d\d:\d\d:\d\d|\[\s*\d+\.\d+\]|\[[A-Z][a-z]{2} [A-Z][a-z]{2} "
+                r"|\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d")
+RE_GREP_LEAD = r"^" + _GREP_PATH + r"[:-](?:\d+[:-])?(" + _GREP_HEADER + r")"
+_GREP_LEAD = re.compile(RE_GREP_LEAD)
+
+
+def _grep_sample(text: str) -> list[str]:
+    lines = text.splitlines()
+    return [ln for ln in (lines[:-1] or lines) if ln.strip()][:40]
+
+
+def grep_lead(head: bytes) -> bool:
+    """Most of the head's lines (at least half of its first 40 non-blank ones, and one at the least) are `grep`
+    output of log files: a file name, ":" or "-", then a syslog/dmesg/ISO time header (``RE_GREP_LEAD``).
+    One decision per stream, from its head, so any chunking reads the same lines."""
+    sample = _grep_sample(head[:16384].decode("utf-8", errors="replace"))
+    if not any(_GREP_LEAD.match(ln) for ln in sample[:3]):     # a paste may open with its prompt line, not more
+        return False
+    hits = sum(bool(_GREP_LEAD.match(ln)) for ln in sample)
+    return hits * 2 >= len(sample)
+
+
+def strip_grep_lead(text: pl.Expr) -> pl.Expr:
+    """``text`` without a grep file-name lead where one stands before a time header (``grep_lead``)."""
+    return text.str.replace(RE_GREP_LEAD, "${1}")
+
+
 # Hard-wrapped pastes (issue 13: "a line wrapped in the middle of SeqNum=..."). A log copied out of a terminal
 # multiplexer's scrollback, a CI log viewer, an e-mail or a notebook cell keeps the terminal's wrap: every line longer
 # than the terminal is cut into pieces of exactly its width, and the pieces read as lines of their own (a rule sees
@@ -831,6 +866,8 @@ def _detect(path: str, head: bytes, strict: bool = False) -> tuple[str, bool]:
         return "parquet", True
     text = head.decode("utf-8", errors="replace")
     sample = [ln for ln in text.splitlines()[:-1] or text.splitlines() if ln.strip() and (not strict or _clean(ln))][:40]
+    if sample and sum(bool(_GREP_LEAD.match(ln)) for ln in sample) * 2 >= len(sample):
+        sample = [_GREP_LEAD.sub(r"\1", ln) for ln in sample]     # grep output of log files (``grep_lead``)
     if sample:
         js = [ln for ln in sample if ln.lstrip().startswith("{")]
         if len(js) * 2 >= len(sample):

@@ -28,10 +28,12 @@ from recovery_logs.schema import QuarantineReason
 from recovery_logs.sources.formats import (
     ParseContext,
     file_source_kind,
+    grep_lead,
     join_wraps,
     may_be_indented_paste,
     parse_lines,
     paste_indent,
+    strip_grep_lead,
     strip_paste_indent,
     wrap_widths,
 )
@@ -146,6 +148,11 @@ def _lines(files: Sequence[WholeFile], stats: collections.Counter, quar: list[pl
         fcol = pl.col("_fid")
         ind = fcol.replace_strict(list(indents), list(indents.values()), default="", return_dtype=pl.String)
         df = df.with_columns(text=pl.when(fcol.is_in(list(indents))).then(strip_paste_indent(pl.col("text"), ind))
+                             .otherwise(pl.col("text")))
+    # `grep` output of log files: the file name before each line's time header stripped, as TextParser does
+    grepped = [fid for fid, f in enumerate(files) if f.fmt != "vl-jsonl" and grep_lead(f.data[:DETECT_BYTES])]
+    if grepped:
+        df = df.with_columns(text=pl.when(pl.col("_fid").is_in(grepped)).then(strip_grep_lead(pl.col("text")))
                              .otherwise(pl.col("text")))
     stats["lines"] += df.height
     # hard-wrapped pastes: their pieces joined back, as TextParser does (``formats.wrap_widths``)

@@ -35,10 +35,12 @@ from recovery_logs.sources.formats import (
     ParseContext,
     WrapWidth,
     detect_format,
+    grep_lead,
     join_wraps,
     may_be_indented_paste,
     parse_lines,
     paste_indent,
+    strip_grep_lead,
     strip_paste_indent,
     wrap_widths,
 )
@@ -125,6 +127,10 @@ class TextParser:
         # decided once from the stream's head; other formats have none
         self._indent: str | None = None
         self._indent_known = self.fmt not in (None, "job")
+        # `grep` output of log files (a file name before each line's time header, ``formats.grep_lead``): decided
+        # once, from the first bytes processed (the detection head, or the first chunk when the format is given)
+        self._grep = False
+        self._grep_known = self.fmt == "vl-jsonl" or self.line_format is not None
         # a hard-wrapped paste's terminal width (``formats.wrap_widths``), decided once from the first
         # lines split (a whole file, or at least DETECT_BYTES of it; a shorter first chunk of a live
         # tail: never); a piece at a chunk's end is held for the next chunk (``_split``)
@@ -265,6 +271,8 @@ class TextParser:
             df = strip_nul_prefix(df, stats)
         if self._indent:
             df = df.with_columns(text=strip_paste_indent(pl.col("text"), self._indent))
+        if self._grep:
+            df = df.with_columns(text=strip_grep_lead(pl.col("text")))
         n = df.height
         if not self._wrap_known and self.fmt != "vl-jsonl":
             self._wrap_known = True
@@ -295,6 +303,9 @@ class TextParser:
 
     def _process(self, data: bytes, final: bool, stats: collections.Counter, drain: bool = False) -> Batch:
         quar: list[pl.DataFrame] = []
+        if not self._grep_known and (data or final):
+            self._grep_known = True
+            self._grep = self.fmt != "vl-jsonl" and grep_lead((self._pending + data)[:DETECT_BYTES])
         new = self._split(data, final, stats, quar)
         if new.height == 0 and not final and not (drain and self._carry.height):   # nothing new to decide
             q = pl.concat(quar) if quar else empty_quarantine()
