@@ -865,18 +865,22 @@ def _detect(path: str, head: bytes, strict: bool = False) -> tuple[str, bool]:
     if head[:4] == b"PAR1" or name.endswith(".parquet"):
         return "parquet", True
     text = head.decode("utf-8", errors="replace")
-    sample = [ln for ln in text.splitlines()[:-1] or text.splitlines() if ln.strip() and (not strict or _clean(ln))][:40]
+    lines = text.splitlines()
+    if len(lines) > 1 and not text.endswith(("\n", "\r")):
+        lines = lines[:-1]      # a cut-off last piece (a head that ends in a newline has none)
+    sample = [ln for ln in lines if ln.strip() and (not strict or _clean(ln))][:40]
     if sample and sum(bool(_GREP_LEAD.match(ln)) for ln in sample) * 2 >= len(sample):
         sample = [_GREP_LEAD.sub(r"\1", ln) for ln in sample]     # grep output of log files (``grep_lead``)
     if sample:
         js = [ln for ln in sample if ln.lstrip().startswith("{")]
         if len(js) * 2 >= len(sample):
-            other_json = False
+            other_json = parsed = False
             for ln in js:
                 try:
                     obj = json.loads(ln)
                 except ValueError:
                     continue
+                parsed = True
                 if isinstance(obj, dict):
                     if "__REALTIME_TIMESTAMP" in obj or "__CURSOR" in obj or "MESSAGE" in obj:
                         return "journald", True
@@ -885,8 +889,12 @@ def _detect(path: str, head: bytes, strict: bool = False) -> tuple[str, bool]:
                     other_json = True
             # an application's own JSON lines (slog/zap/structlog: "time", "msg", "level" ...) carry
             # none of VictoriaLogs' fields; read as VictoriaLogs every record would be quarantined,
-            # so they are read as a job's text lines (the rules match inside the JSON text)
-            return ("job", True) if other_json else ("vl-jsonl", True)
+            # so they are read as a job's text lines (the rules match inside the JSON text). Lines that
+            # only start like JSON and none of which parses (a pasted record broken in two, a log line that
+            # opens with "{") are text too: nothing says they are VictoriaLogs'.
+            if other_json or (not parsed and not name.endswith((".jsonl", ".ndjson"))):
+                return "job", True
+            return "vl-jsonl", True
         n = len(sample)
         sys_hits = sum(bool(_R3164.match(s) or _R5424.match(s) or _RISO.match(s)) for s in sample)
         dm_hits = sum(bool(_RDMESG.match(s)) for s in sample)

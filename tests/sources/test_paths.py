@@ -41,6 +41,13 @@ def test_default_path_regexes(path, host, job):
     # VictoriaLogs records that would all be quarantined
     ("hm.log", b'{"time":"2026-07-10T07:38:05.415Z","level":"INFO","msg":"m","module":"syslog-health-monitor"}\n',
      "job"),
+    # JSON lines broken in two by a paste (NVIDIA/NVSentinel#953's slog records): none parses, so nothing says they are
+    # VictoriaLogs' (read as such, every line would be quarantined); a file named .jsonl keeps its name's word
+    ("paste.txt", b'{"time":"2026-03-06T09:34:56Z","level":"INFO","msg":"Handling event","event":{"a":1\n'
+                  b'2}}\n{"time":"2026-03-06T09:34:57Z","level":"INFO","msg":"m","node":"10.0.1', "job"),
+    ("cut.jsonl", b'{"_time":"2026-11-29T14:06:00Z","_msg":"a very long record cut by the head', "vl-jsonl"),
+    # a head that ends in a newline has no cut-off last line: its last line counts too
+    ("x.txt", b"plain\nmore plain\n[12345.678901] NVRM: x\n[12345.7] y\n", "dmesg"),
     ("a.out", b"[rank0]:hello\nplain\n", "job"),
     ("e.parquet", b"PAR1....", "parquet"),
     ("empty.jsonl", b"", "vl-jsonl"),
