@@ -90,11 +90,17 @@ def test_fallback_never_steals_a_root_cause_on_the_dev_corpus(pack: RulePack) ->
     assert len(dev) >= 10   # enough excerpts exercise the layer for the comparison to mean something
     with_fb = {r.excerpt.id: r for r in run_all(dev, _replay_fn(pack), workers=1)}
     without = {r.excerpt.id: r for r in run_all(dev, _replay_fn(_without_fallback(pack)), workers=1)}
+    # info-severity breadcrumbs (NCCL's unwind trace "file:line -> N") are the weakest reading a specific pack makes,
+    # weaker by design than a WARN line a fallback reads: those may give way, in the same category
+    weakest = {r.id for r in pack.rules if r.role == "breadcrumb" and r.severity == "info"}
+    assert weakest
     gained = 0
     for ex in dev:
         a, b = with_fb[ex.id], without[ex.id]
         assert a.error is None and b.error is None
-        if b.incidents:   # a specific rule named a root cause: the fallback must not replace it
+        if b.incidents and b.root_rule in weakest:
+            assert a.category == b.category, (ex.id, a.root_rule, b.root_rule)
+        elif b.incidents:   # a specific rule named a root cause: the fallback must not replace it
             assert (a.root_rule, a.category) == (b.root_rule, b.category), (ex.id, a.root_rule, b.root_rule)
         elif a.incidents:
             gained += 1

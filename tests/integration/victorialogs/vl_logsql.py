@@ -107,24 +107,26 @@ class _Parser:
         if tok[1] != val:
             raise QueryError(f"expected {val!r}, got {tok[1]!r}")
 
+    # a chain of terms is one flat any()/all() (the rule packs' prefilter is a thousand-term OR: nested
+    # closures, one per term, ran past Python's recursion limit)
     def parse_or(self):
-        left = self.parse_and()
+        terms = [self.parse_and()]
         while self.peek() and self.peek()[0] == "w" and self.peek()[1].lower() == "or":
             self.take()
-            right = self.parse_and()
-            left = (lambda a, b: lambda r: a(r) or b(r))(left, right)
-        return left
+            terms.append(self.parse_and())
+        if len(terms) == 1:
+            return terms[0]
+        return lambda r: any(t(r) for t in terms)
 
     def parse_and(self):
-        left = self.parse_unary()
+        terms = [self.parse_unary()]
         while True:
             tok = self.peek()
             if tok is None or tok[1] in (")", "|") or (tok[0] == "w" and tok[1].lower() == "or"):
-                return left
+                return terms[0] if len(terms) == 1 else (lambda r: all(t(r) for t in terms))
             if tok[0] == "w" and tok[1].lower() == "and":
                 self.take()
-            right = self.parse_unary()
-            left = (lambda a, b: lambda r: a(r) and b(r))(left, right)
+            terms.append(self.parse_unary())
 
     def parse_unary(self):
         tok = self.peek()
