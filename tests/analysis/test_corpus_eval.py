@@ -44,7 +44,8 @@ CORPUS = Path(__file__).resolve().parents[1] / "corpus" / "real"
 # 2026-12-06: 0.783 (191/244, unambiguous 0.895) after the d14-*..d16-* dev passes and the d17 emitter-source sweep,
 # unchanged after the d18/d19 sweeps (measured once each, aggregate); 2026-12-07: 0.787 (192/244) after the f1-*
 # hunting pass (see the corpus README for what that pass learned from the split's aggregate), 0.791 (193/244,
-# unambiguous 0.905) after the f2-* pass. Its floor here is a
+# unambiguous 0.905) after the f2-* pass; a seventh blind pass (`h7*-`, 55 excerpts, 39 non-benign) scored 0.641
+# (25/39) on the rules of the day's start and its end alike, and with it the split is 0.770 (218/283). Its floor here is a
 # regression guard just below that measurement; the dev split carries the floors. Crashes and benign actions
 # have the same zero floors everywhere.
 HOLDOUT_MIN_CATEGORY = 0.75
