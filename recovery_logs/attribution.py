@@ -193,9 +193,17 @@ def rank_candidates(rows: list[Row], job_hosts: set[str], addr_hosts: dict[str, 
         [r.first for r in scored if r.role == "cause"]
     first_cause = min(causes) if causes else None
     t0 = first_cause if first_cause is not None else min(r.first for r in scored)
+    # a line with no time of its own that stands before a timed line of the same file and carries that line's time
+    # (the reader fills a file's untimed head with its first time) did come no later than it: file order proves it
+    timed = {(r.file, r.first): r.line for r in scored if not r.inferred and r.file is not None and r.line is not None}
+
+    def before_timed(r: Row) -> bool:
+        at = timed.get((r.file, r.first))
+        return at is not None and r.line is not None and r.line < at
+
     def full(r: Row) -> float:
         role_w = ROLE_WEIGHT.get(r.role, 0.05) if r.role != "breadcrumb" or first_cause is None else 0.0
-        if r.inferred:   # a borrowed timestamp cannot prove it came first
+        if r.inferred and not before_timed(r):   # a borrowed timestamp cannot prove it came first
             role_w = 0.0
         early = EARLY_BONUS * role_w * math.exp(-max(0.0, (r.first - t0) / 1e9) / EARLY_TAU_S)
         # specific outranks generic: the driver's own XID verdict beats an application's echo of it

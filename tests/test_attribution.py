@@ -143,3 +143,19 @@ def test_progress_and_info_alone_make_no_incident():
                step=10, step_time_s=0.8),
             _f("2026-11-29T14:06:01Z", "gpu-n04", "nccl_other", "info", "info", "none", "nccl.info")]
     assert _run(rows) == []
+
+
+def test_an_untimed_line_before_a_timed_one_of_its_file_counts_as_first():
+    # a paste whose NCCL lines carry no time and whose Python traceback does: the reader gives the NCCL head the
+    # traceback's time (time_inferred). File order says the NCCL error came first, so it names the incident; a line
+    # that only carries an earlier line's time (after it in the file) still proves nothing about coming first.
+    t = "2026-11-29T14:06:00Z"
+    nccl = _f(t, "gpu-n02", "nccl_network_error", "symptom", "medium", "requeue_only", rule="nccl.socket_connect_failed",
+              file="paste.log", line=1, time_inferred=True)
+    trace = _f(t, "gpu-n02", "software_exception", "symptom", "low", "none_user_bug", rule="python.traceback_cut",
+               file="paste.log", line=8)
+    top = _run([nccl, trace])[0]
+    assert top.category == "nccl_network_error" and top.root_rule == "nccl.socket_connect_failed"
+    carried = {**nccl, "line": 9}     # after the timed line: its time is borrowed from before it
+    top = _run([trace, carried])[0]
+    assert top.category == "software_exception"
