@@ -187,20 +187,26 @@ RE_GREP_LEAD = r"^" + _GREP_PATH + r"[:-](?:\d+[:-])?(" + _GREP_HEADER + r")"
 _GREP_LEAD = re.compile(RE_GREP_LEAD)
 
 
-def _grep_sample(text: str) -> list[str]:
+def _head_lines(text: str) -> list[str]:
+    """The lines of a stream's head, without a cut-off last piece (a head that ends in a newline has none)."""
     lines = text.splitlines()
-    return [ln for ln in (lines[:-1] or lines) if ln.strip()][:40]
+    return lines[:-1] if len(lines) > 1 and not text.endswith(("\n", "\r")) else lines
+
+
+def _is_grep_sample(sample: list[str]) -> bool:
+    """At least half of ``sample`` (a head's non-blank lines) and one of its first three lines (a paste may open with
+    its prompt line, not more) are `grep` output of log files (``RE_GREP_LEAD``)."""
+    if not any(_GREP_LEAD.match(ln) for ln in sample[:3]):
+        return False
+    return sum(bool(_GREP_LEAD.match(ln)) for ln in sample) * 2 >= len(sample)
 
 
 def grep_lead(head: bytes) -> bool:
-    """Most of the head's lines (at least half of its first 40 non-blank ones, and one at the least) are `grep`
-    output of log files: a file name, ":" or "-", then a syslog/dmesg/ISO time header (``RE_GREP_LEAD``).
-    One decision per stream, from its head, so any chunking reads the same lines."""
-    sample = _grep_sample(head[:16384].decode("utf-8", errors="replace"))
-    if not any(_GREP_LEAD.match(ln) for ln in sample[:3]):     # a paste may open with its prompt line, not more
-        return False
-    hits = sum(bool(_GREP_LEAD.match(ln)) for ln in sample)
-    return hits * 2 >= len(sample)
+    """Most of the head's lines (``_is_grep_sample`` over its first 40 non-blank ones) are `grep` output of log
+    files: a file name, ":" or "-", then a syslog/dmesg/ISO time header (``RE_GREP_LEAD``). One decision per stream,
+    from its head, so any chunking reads the same lines; format detection decides on the same sample rule."""
+    text = head[:16384].decode("utf-8", errors="replace")
+    return _is_grep_sample([ln for ln in _head_lines(text) if ln.strip()][:40])
 
 
 def strip_grep_lead(text: pl.Expr) -> pl.Expr:
@@ -865,11 +871,8 @@ def _detect(path: str, head: bytes, strict: bool = False) -> tuple[str, bool]:
     if head[:4] == b"PAR1" or name.endswith(".parquet"):
         return "parquet", True
     text = head.decode("utf-8", errors="replace")
-    lines = text.splitlines()
-    if len(lines) > 1 and not text.endswith(("\n", "\r")):
-        lines = lines[:-1]      # a cut-off last piece (a head that ends in a newline has none)
-    sample = [ln for ln in lines if ln.strip() and (not strict or _clean(ln))][:40]
-    if sample and sum(bool(_GREP_LEAD.match(ln)) for ln in sample) * 2 >= len(sample):
+    sample = [ln for ln in _head_lines(text) if ln.strip() and (not strict or _clean(ln))][:40]
+    if _is_grep_sample(sample):
         sample = [_GREP_LEAD.sub(r"\1", ln) for ln in sample]     # grep output of log files (``grep_lead``)
     if sample:
         js = [ln for ln in sample if ln.lstrip().startswith("{")]

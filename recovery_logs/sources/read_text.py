@@ -305,7 +305,7 @@ class TextParser:
         quar: list[pl.DataFrame] = []
         if not self._grep_known and (data or final):
             self._grep_known = True
-            self._grep = self.fmt != "vl-jsonl" and grep_lead((self._pending + data)[:DETECT_BYTES])
+            self._grep = self.fmt != "vl-jsonl" and grep_lead(self._pending[:DETECT_BYTES] + data[:DETECT_BYTES])
         new = self._split(data, final, stats, quar)
         if new.height == 0 and not final and not (drain and self._carry.height):   # nothing new to decide
             q = pl.concat(quar) if quar else empty_quarantine()

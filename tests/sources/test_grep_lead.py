@@ -90,3 +90,13 @@ def test_lines_that_only_look_like_a_grep_lead_are_left_alone():
         ev = TextParser("x.out", ReadOptions(year=2026, dedupe=False), mtime_ns=0).feed(data, final=True).events
         raw = [ln for ln in text.splitlines() if ln]
         assert all(any(m in r for r in raw) for m in ev["message"].to_list()), text
+
+
+def test_format_detection_and_the_readers_decide_a_grep_lead_alike():
+    # detection strips the names from its sample by the same rule the readers strip lines by: when the readers keep
+    # the names (no grep line among the first three), detection must not call the stream syslog either
+    late = ["$ uptime", "  up 3 days", "$ grep -i xid /var/log/messages*", "$ echo done"] + GREPPED[:1] * 6
+    data = ("\n".join(late) + "\n").encode()
+    assert not grep_lead(data) and detect_format("paste.txt", data) == "job"
+    data = ("\n".join(["$ grep -i xid /var/log/messages*"] + GREPPED[:1] * 6) + "\n").encode()
+    assert grep_lead(data) and detect_format("paste.txt", data) == "syslog"
