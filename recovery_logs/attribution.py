@@ -195,11 +195,14 @@ def rank_candidates(rows: list[Row], job_hosts: set[str], addr_hosts: dict[str, 
     t0 = first_cause if first_cause is not None else min(r.first for r in scored)
     # a line with no time of its own that stands before a timed line of the same file and carries that line's time
     # (the reader fills a file's untimed head with its first time) did come no later than it: file order proves it
-    timed: dict[tuple[str | None, int], int] = {
-        (r.file, r.first): r.line for r in scored if not r.inferred and r.file is not None and r.line is not None}
+    last_timed: dict[tuple[str, int], int] = {}     # (file, time) -> the last timed line of the file at that time
+    for r in scored:
+        if not r.inferred and r.file is not None and r.line is not None:
+            key = (r.file, r.first)
+            last_timed[key] = max(last_timed.get(key, r.line), r.line)
 
     def before_timed(r: Row) -> bool:
-        at = timed.get((r.file, r.first)) if r.file is not None else None
+        at = last_timed.get((r.file, r.first)) if r.file is not None else None
         return at is not None and r.line is not None and r.line < at
 
     def full(r: Row) -> float:
