@@ -132,6 +132,36 @@ def counted_windows(counts: pl.DataFrame) -> pl.DataFrame:
     return _sort(_conform(out))
 
 
+def progress_windows(counts: pl.DataFrame, category: str, window_s: float) -> pl.DataFrame | None:
+    """The windows of summarised progress lines straight from their counts (host, job_id, lines,
+    first, last in ns: ``lines`` lines of ``category``, the first at ``first``, the others at
+    ``last``), equal to :func:`window_counts` of no events and their findings one row per line
+    (``pipeline.vl_replay.progress_findings``), without making those rows. None where a count's
+    ``first`` and ``last`` fall in different windows (its lines' windows are not known here), or a
+    count is not of one line or more at a known time."""
+    w = window_us(window_s) * 1000
+    c = counts
+    if c.height == 0:
+        return empty_windows()
+    if (c["lines"] < 1).any() or c["first"].null_count() or (c["first"] // w != c["last"] // w).any():
+        return None
+    n = pl.col("lines").sum().cast(pl.Int64)
+    g = c.group_by(["host", "job_id", (pl.col("first") // w * w).alias("window_start")]).agg(
+        n.alias("progress"),
+        pl.when(pl.col("lines") > 1).then(pl.col("last")).otherwise(pl.col("first")).max().alias("last_progress"),
+        *[(n if cat.value == category else pl.lit(0, pl.Int64)).alias(f"n_{cat.value}") for cat in Category])
+
+    def t(col: str) -> pl.Expr:
+        return pl.col(col).cast(pl.Datetime("ns")).dt.replace_time_zone("UTC")
+
+    out = g.with_columns(t("window_start"), t("last_progress"), pl.lit(0, pl.Int64).alias("lines"),
+                         pl.lit(0, pl.Int64).alias("findings"))
+    if category != PROGRESS_CATEGORY:     # a category window_counts counts as findings
+        out = out.with_columns(pl.col("progress").alias("findings"), pl.lit(0, pl.Int64).alias("progress"),
+                               pl.lit(None, TIME).alias("last_progress"))
+    return _conform(out)
+
+
 def counted_spans(counts: pl.DataFrame) -> pl.DataFrame:
     """(host, job_id) spans from the same line counts (= ``job_spans`` of the lines)."""
     c = counts.filter(pl.col("host").is_not_null() & pl.col("job_id").is_not_null())

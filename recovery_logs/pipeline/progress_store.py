@@ -41,13 +41,13 @@ def sorted_chunks(chunks: list[pl.DataFrame]) -> pl.DataFrame:
     return pl.DataFrame(cols)
 
 
-def _in_time_seq_order(df: pl.DataFrame) -> bool:
+def _in_time_seq_order(df: pl.DataFrame, key: str = "time") -> bool:
     """Whether ``df`` already is in (time, seq) order: times ascending without a null, ``seq``
     without a null and ascending within equal times (``sorted_chunks`` of a replay's summarised
     progress, which comes slice after slice: 450 k rows checked in ~2 ms instead of gathered in ~60 ms)."""
     if df.height < 2:
         return True
-    t, seq = df.get_column("time"), df.get_column("seq")
+    t, seq = df.get_column(key), df.get_column("seq")
     if t.null_count() or seq.null_count() or not t.is_sorted():
         return False
     if seq.is_sorted():
@@ -101,7 +101,8 @@ class ProgressStore:
             return
         # the rows in (t, seq) order, so each job's rows, taken in frame order by ``over``, are in that
         # order too; the text is gathered for the few rows kept only
-        p = p[time_seq_order(p, "t")]
+        if not _in_time_seq_order(p, "t"):      # (summarised progress comes in order: no gather)
+            p = p[time_seq_order(p, "t")]
         prev = pl.col("t").shift(1).over("job_id")
         first = pl.int_range(pl.len()).over("job_id") == 0
         last = pl.col("job_id").replace_strict(self._last, default=None, return_dtype=pl.Int64) if self._last \

@@ -51,7 +51,7 @@ from recovery_logs.sources.vl_history import (
 )
 from recovery_logs.sources.vl_local import LocalSplit, ProgressSpec, split_frame
 from recovery_logs.timeutil import rfc3339_to_ns_expr
-from recovery_logs.windows import empty_spans, window_counts, window_us
+from recovery_logs.windows import empty_spans, progress_windows, window_counts, window_us
 
 __all__ = ["ENRICH_LITERALS", "ProgressSummary", "PushdownPlan", "local_split", "plan_pushdown", "progress_findings",
            "progress_summaries", "replay_source"]
@@ -278,8 +278,12 @@ def progress_parts(prog: list[tuple[ProgressSpec, pl.DataFrame]], rules: dict[st
     for spec, pc in prog:
         if pc.height == 0:
             continue
-        found = progress_findings(pc, rules[spec.rule_id], 0)
-        out.append((found, window_counts(pl.DataFrame(schema=EVENT_SCHEMA), found, window_s), int(pc["lines"].sum())))
+        rule = rules[spec.rule_id]
+        found = progress_findings(pc, rule, 0)
+        win = progress_windows(pc, rule.category, window_s)
+        if win is None:
+            win = window_counts(pl.DataFrame(schema=EVENT_SCHEMA), found, window_s)
+        out.append((found, win, int(pc["lines"].sum())))
     return out
 
 

@@ -42,7 +42,8 @@ _CPU_STAGE = 2
 
 def plan_slices(client: VictoriaLogsClient, query: str, start_ns: int, end_ns: int,
                 slice_rows: int = 250_000, probes: int = 64) -> list[tuple[int, int]]:
-    """``[(lo, hi)]`` inclusive ns ranges covering ``[start, end]``, about ``slice_rows`` rows each."""
+    """``[(lo, hi)]`` inclusive ns ranges covering ``[start, end]``, of about equal rows, about
+    ``slice_rows`` or fewer each (a probe bucket's rows more at most)."""
     if end_ns < start_ns:
         raise ConfigError("--end is before --start", start=start_ns, end=end_ns)
     span = end_ns - start_ns + 1
@@ -56,12 +57,18 @@ def plan_slices(client: VictoriaLogsClient, query: str, start_ns: int, end_ns: i
             except ValueError:
                 continue
             counts[t] = counts.get(t, 0) + int(v)
+    # ``n`` slices of about equal rows (the fewest of at most ~``slice_rows``): a cut before the
+    # probe bucket where the rows before it come nearest each multiple of ``total / n``. (Cutting
+    # whenever ``slice_rows`` would be passed left a small last slice, exported and parsed after
+    # the others: a tail of the replay's wall time on its own.)
+    total = sum(counts.values())
+    n = max(1, -(-total // max(1, slice_rows)))
     cuts = [start_ns]
     acc = 0
     for t in sorted(counts):
-        if acc and acc + counts[t] > slice_rows and start_ns < t <= end_ns:
+        k = len(cuts)
+        if k < n and acc and 2 * acc >= 2 * k * total / n - counts[t] and start_ns < t <= end_ns:
             cuts.append(t)
-            acc = 0
         acc += counts[t]
     out = []
     for i, lo in enumerate(cuts):

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import polars as pl
 
+from recovery_logs.sources.victorialogs import format_time_param
 from recovery_logs.sources.vl_history import _stream_identity
 from recovery_logs.sources.vl_local import row_identity
 
@@ -43,3 +44,37 @@ def test_a_stream_the_map_lacks_is_refused():
     assert _stream_identity(df, SMAP) is None
     assert _stream_identity(df, SMAP, with_id=False) is None
     assert _stream_identity(_rows(), SMAP, with_id=False) is not None
+
+
+class _Hits:
+    """A client whose ``/hits`` answer is given (the only call ``plan_slices`` makes)."""
+
+    def __init__(self, counts: dict[int, int]) -> None:
+        self.counts = counts
+
+    def hits(self, query, start, end, step):
+        ts = sorted(self.counts)
+        return {"hits": [{"timestamps": [format_time_param(t) for t in ts], "values": [self.counts[t] for t in ts]}]}
+
+
+def test_plan_slices_cuts_equal_slices_and_covers_the_range():
+    from recovery_logs.sources.vl_history import plan_slices
+
+    ns = 10**9
+    start, end = 1_000 * ns, 1_600 * ns - 1
+    # 60 probe buckets of 16 666 rows (~1 M rows) in slices of at most ~250 k: four of ~250 k, not
+    # four of 250 k and a last one of 4 k
+    counts = {start + i * 10 * ns: 16_666 for i in range(60)}
+    got = plan_slices(_Hits(counts), "*", start, end, 250_000)
+    assert got[0][0] == start and got[-1][1] == end
+    assert all(a[1] + 1 == b[0] for a, b in zip(got, got[1:], strict=False))
+    rows = [sum(v for t, v in counts.items() if lo <= t <= hi) for lo, hi in got]
+    assert len(got) == 4 and max(rows) - min(rows) <= 16_667
+    # uneven buckets: still the fewest slices, none over slice_rows by more than a bucket
+    counts = {start + i * 10 * ns: (1_000 if i % 3 else 40_000) for i in range(60)}
+    got = plan_slices(_Hits(counts), "*", start, end, 100_000)
+    rows = [sum(v for t, v in counts.items() if lo <= t <= hi) for lo, hi in got]
+    assert sum(rows) == sum(counts.values()) and len(got) == -(-sum(rows) // 100_000)
+    assert max(rows) <= 100_000 + 40_000
+    # fewer rows than one slice: one slice
+    assert plan_slices(_Hits({start: 10}), "*", start, end, 250_000) == [(start, end)]
