@@ -118,16 +118,18 @@ def merge_spans(acc: pl.DataFrame, new: pl.DataFrame) -> pl.DataFrame:
             .select(list(SPAN_SCHEMA)).sort(["host", "job_id"]))
 
 
+def _utc_ns(col: str) -> pl.Expr:
+    """An integer ns column as the windows' UTC datetime."""
+    return pl.col(col).cast(pl.Datetime("ns")).dt.replace_time_zone("UTC")
+
+
 def counted_windows(counts: pl.DataFrame) -> pl.DataFrame:
     """Windows (no findings yet) from line counts made elsewhere — e.g. by a VictoriaLogs server
     (``sources.vl_history.line_counts``): columns host, job_id, bucket (window start, ns),
     lines, first, last (ns). Merged with the windows of the findings of the same lines
     (``window_counts`` of no events), this equals ``window_counts`` of all the lines."""
-    def t(c: str) -> pl.Expr:
-        return pl.col(c).cast(pl.Datetime("ns")).dt.replace_time_zone("UTC")
-
-    out = counts.select("host", "job_id", t("bucket").alias("window_start"), pl.col("lines").cast(pl.Int64),
-                        t("first").alias("first_time"), t("last").alias("last_time"))
+    out = counts.select("host", "job_id", _utc_ns("bucket").alias("window_start"), pl.col("lines").cast(pl.Int64),
+                        _utc_ns("first").alias("first_time"), _utc_ns("last").alias("last_time"))
     out = out.with_columns([pl.lit(0, pl.Int64).alias(c) for c in _SUM if c != "lines"])
     return _sort(_conform(out))
 
@@ -140,21 +142,17 @@ def progress_windows(counts: pl.DataFrame, category: str, window_s: float) -> pl
     ``first`` and ``last`` fall in different windows (its lines' windows are not known here), or a
     count is not of one line or more at a known time."""
     w = window_us(window_s) * 1000
-    c = counts
-    if c.height == 0:
+    if counts.height == 0:
         return empty_windows()
-    if (c["lines"] < 1).any() or c["first"].null_count() or (c["first"] // w != c["last"] // w).any():
+    first, last = counts["first"], counts["last"]
+    if (counts["lines"] < 1).any() or first.null_count() or (first // w != last // w).any():
         return None
     n = pl.col("lines").sum().cast(pl.Int64)
-    g = c.group_by(["host", "job_id", (pl.col("first") // w * w).alias("window_start")]).agg(
+    g = counts.group_by(["host", "job_id", (pl.col("first") // w * w).alias("window_start")]).agg(
         n.alias("progress"),
         pl.when(pl.col("lines") > 1).then(pl.col("last")).otherwise(pl.col("first")).max().alias("last_progress"),
         *[(n if cat.value == category else pl.lit(0, pl.Int64)).alias(f"n_{cat.value}") for cat in Category])
-
-    def t(col: str) -> pl.Expr:
-        return pl.col(col).cast(pl.Datetime("ns")).dt.replace_time_zone("UTC")
-
-    out = g.with_columns(t("window_start"), t("last_progress"), pl.lit(0, pl.Int64).alias("lines"),
+    out = g.with_columns(_utc_ns("window_start"), _utc_ns("last_progress"), pl.lit(0, pl.Int64).alias("lines"),
                          pl.lit(0, pl.Int64).alias("findings"))
     if category != PROGRESS_CATEGORY:     # a category window_counts counts as findings
         out = out.with_columns(pl.col("progress").alias("findings"), pl.lit(0, pl.Int64).alias("progress"),
@@ -166,7 +164,7 @@ def counted_spans(counts: pl.DataFrame) -> pl.DataFrame:
     """(host, job_id) spans from the same line counts (= ``job_spans`` of the lines)."""
     c = counts.filter(pl.col("host").is_not_null() & pl.col("job_id").is_not_null())
     out = c.group_by(["host", "job_id"]).agg(pl.col("first").min(), pl.col("last").max(), pl.col("lines").sum())
-    out = out.with_columns([pl.col(k).cast(pl.Datetime("ns")).dt.replace_time_zone("UTC") for k in ("first", "last")])
+    out = out.with_columns([_utc_ns(k) for k in ("first", "last")])
     return out.select(list(SPAN_SCHEMA)).cast(SPAN_SCHEMA).sort(["host", "job_id"])  # type: ignore[arg-type]  # as in job_spans
 
 

@@ -149,14 +149,14 @@ def _lines(files: Sequence[WholeFile], stats: collections.Counter, quar: list[pl
         ind = fcol.replace_strict(list(indents), list(indents.values()), default="", return_dtype=pl.String)
         df = df.with_columns(text=pl.when(fcol.is_in(list(indents))).then(strip_paste_indent(pl.col("text"), ind))
                              .otherwise(pl.col("text")))
+    text_files = [fid for fid, f in enumerate(files) if f.fmt != "vl-jsonl"]
     # `grep` output of log files: the file name before each line's time header stripped, as TextParser does
-    grepped = [fid for fid, f in enumerate(files) if f.fmt != "vl-jsonl" and grep_lead(f.data[:DETECT_BYTES])]
+    grepped = [fid for fid in text_files if grep_lead(files[fid].data[:DETECT_BYTES])]
     if grepped:
         df = df.with_columns(text=pl.when(pl.col("_fid").is_in(grepped)).then(strip_grep_lead(pl.col("text")))
                              .otherwise(pl.col("text")))
     stats["lines"] += df.height
     # hard-wrapped pastes: their pieces joined back, as TextParser does (``formats.wrap_widths``)
-    text_files = [fid for fid, f in enumerate(files) if f.fmt != "vl-jsonl"]
     wraps = wrap_widths(df if len(text_files) == len(files) else df.filter(pl.col("_fid").is_in(text_files)),
                         fid="_fid", head_bytes=DETECT_BYTES) if text_files else {}
     if wraps:
