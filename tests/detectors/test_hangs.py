@@ -159,3 +159,28 @@ def test_the_host_whose_ranks_never_time_out_is_named_after_the_watchdogs():
     # a watchdog from the third host inside the grace period: nobody is singled out
     late = synth.findings(rows + [_watchdog(660.0, "c", 2)])
     assert DET.detect(late, NONE, ctx(2000.0))["host"].to_list() == [None]
+
+
+def _ticks_by_sorting_every_row(progress: pl.DataFrame) -> pl.DataFrame:
+    """progress_ticks as first written: every row sorted by (t, seq), then the first per (job, step)."""
+    p = progress.with_columns(pl.col("time").dt.epoch("ns").alias("t"))
+    with_step = (p.filter(pl.col("step").is_not_null()).sort(["t", "seq"], nulls_last=True)
+                 .group_by(["job_id", "step"], maintain_order=True).agg(pl.col("t").first(), pl.col("host").first()))
+    no_step = p.filter(pl.col("step").is_null()).select("job_id", "step", "t", "host")
+    ticks = pl.concat([with_step.select("job_id", "step", "t", "host"), no_step])
+    return ticks.unique(["job_id", "t"], keep="first").sort(["job_id", "t", "step"], nulls_last=True)
+
+
+@settings(max_examples=60, deadline=None)
+@given(rows=st.lists(st.tuples(st.sampled_from(["j1", "j2", None]), st.one_of(st.none(), st.integers(0, 6)),
+                               st.integers(0, 8), st.sampled_from(["a", "b", "c"]), st.integers(0, 400)),
+                     max_size=60, unique_by=lambda r: r[4]))    # seqs are unique, as the engine gives them
+def test_progress_ticks_equal_sorting_every_row(rows):
+    # only each (job, step)'s rows at its earliest time are sorted: ties in time (several hosts' lines of one
+    # step in one second), the seq order among them, steps without a number and rows without a job included
+    from recovery_logs.detectors.hangs import progress_ticks
+    df = pl.DataFrame([{"job_id": j, "step": s, "time": synth.T0 + t * NS, "host": h, "seq": q}
+                       for j, s, t, h, q in rows],
+                      schema={"job_id": pl.String, "step": pl.Int64, "time": pl.Int64, "host": pl.String, "seq": pl.Int64})
+    df = df.with_columns(pl.col("time").cast(pl.Datetime("ns", "UTC")))
+    assert_frame_equal(progress_ticks(df), _ticks_by_sorting_every_row(df))

@@ -95,7 +95,11 @@ def test_vl_time_fast_path_equals_the_general_parser():
              # nine digits (30 bytes: the first fast path) and 30-byte look-alikes
              "2026-12-01T10:00:01.123456789Z", "2026-12-01T10:00:01.+12345678Z", "2026-12-01T10:00:01.-12345678Z",
              "2026-12-01T10:00:01.12345678aZ", "2026-12-01T10:00:01.1234567 9Z", "2026-12-01T10:00:01.123456789z",
-             "2026-12-01T10:00:01 123456789Z", "2026-12-01T24:00:01.123456789Z"]
+             "2026-12-01T10:00:01 123456789Z", "2026-12-01T24:00:01.123456789Z",
+             # a shipper's milli-/microsecond times as the server writes them back, every fraction length
+             "2026-12-01T10:00:01.123Z", "2026-12-01T10:00:01.123456Z", "2026-12-01T10:00:01.12Z",
+             "2026-12-01T10:00:01.1234Z", "2026-12-01T10:00:01.12345Z", "2026-12-01T10:00:01.1234567Z",
+             "2026-12-01T10:00:01.12345678Z", "1969-12-31T23:59:59.25Z"]
     got = with_ts(pl.DataFrame({"_time": times}))["_ts"].to_list()
     want = pl.DataFrame({"_time": times}).select(rfc3339_to_ns_expr(pl.col("_time")))["_time"].to_list()
     assert got == want
