@@ -51,7 +51,11 @@ Timing *reports* that already compare ranks are evidence without minutes of per-
   rank; never a drain (a few steps cannot show persistence; the windowed verdicts do).
 * **job slowdown**: a job's step time (one progress stream) at ``slowdown_ratio`` × the median of
   the ``slowdown_window`` reports before for ``slowdown_persist`` reports in a row: ``investigate`` (no peer to compare with, so
-  never a drain; single spikes — checkpoint saves, evaluation — do not persist).
+  never a drain; single spikes — checkpoint saves, evaluation — do not persist). A job with a single stream (one
+  process's log: an MXNet Speedometer, a Keras or NiftyNet loop) has nothing else to judge by, and there a lasting rise
+  of ``slowdown_ratio_alone`` (1.4x) counts; with peers, a rank's smaller rise is the windowed verdicts' to judge.
+* **nccl-tests rows** (``progress.nccl_tests_row``): a run's busbw that collapses at large messages and stays down, or
+  is under any GPU interconnect's rate at 128 MiB and up: ``investigate`` the fabric (see :func:`_nccl_tests`).
 """
 
 from __future__ import annotations
@@ -94,6 +98,7 @@ class StragglerDetector:
     nvrx_persist: int = 2
     nvrx_score: float = 0.75
     slowdown_ratio: float = 2.0
+    slowdown_ratio_alone: float = 1.4
     slowdown_persist: int = 3
     slowdown_baseline: int = 3
     slowdown_window: int = 20
@@ -103,6 +108,10 @@ class StragglerDetector:
     outlier_single_ratio: float = 1.5
     outlier_steps: int = 5
     outlier_pair_ratio: float = 1.5
+    busbw_collapse_ratio: float = 0.5
+    busbw_collapse_min_bytes: int = 1 << 20
+    busbw_low_gbs: float = 5.0
+    busbw_low_min_bytes: int = 128 << 20
     name: str = "straggler"
 
     def window_scores(self, findings: pl.DataFrame, ctx: DetectContext) -> tuple[pl.DataFrame, pl.DataFrame]:
@@ -248,7 +257,8 @@ MEGATRON_TIMERS = "progress.megatron_minmax_timers"
 NVRX_WARNING = "progress.nvrx_straggler_warning"
 NVRX_SCORES = "progress.nvrx_gpu_scores"
 MEGATRON_ALL = "progress.megatron_all_ranks_timers"
-REPORT_RULES = (MEGATRON_REPORT, MEGATRON_TIMERS, NVRX_WARNING, NVRX_SCORES, MEGATRON_ALL)
+NCCL_TESTS = "progress.nccl_tests_row"
+REPORT_RULES = (MEGATRON_REPORT, MEGATRON_TIMERS, NVRX_WARNING, NVRX_SCORES, MEGATRON_ALL, NCCL_TESTS)
 COMPUTE_TIMERS = ("forward-compute", "backward-compute")
 _TIMER_ROW = re.compile(r"^\s+([A-Za-z][\w\-]*(?:[ \-][\w\-]+)*) \.*: \((\d+(?:\.\d+)?), (\d+(?:\.\d+)?)\)\s*$", re.M)
 _ALL_TIMER = re.compile(r"^  ([A-Za-z][\w\-]*(?:[ \-][\w\-]+)*):\s*$((?:\n     rank\s*\d+: \d+(?:\.\d+)?[ \t]*$)+)", re.M)
@@ -311,6 +321,7 @@ def report_verdicts(det: StragglerDetector, findings: pl.DataFrame, ctx: DetectC
         rows += _megatron_all_ranks(det, job, by_rule.get(MEGATRON_ALL, []), hosts)
         rows += _megatron_timers(det, job, by_rule.get(MEGATRON_TIMERS, []))
         rows += _nvrx(det, job, by_rule.get(NVRX_WARNING, []), by_rule.get(NVRX_SCORES, []))
+        rows += _nccl_tests(det, job, by_rule.get(NCCL_TESTS, []))
     rows += _slowdowns(det, obs)
     return rows
 
@@ -515,6 +526,88 @@ def _nvrx(det: StragglerDetector, job: str, warns: list[dict], scores: list[dict
              "detail": {"kind": "nvrx_score", "rank": rk, "node": node, "score": sc}}]
 
 
+_TAG = re.compile(r"\[\d+\]")
+_NUM = re.compile(r"^-?\d+(?:\.\d+)?(?:e[+-]?\d+)?$|^N/A$")
+
+
+def nccl_tests_row(message: str) -> tuple[int, float] | None:
+    """(message bytes, busbw in GB/s: the better of the out-of-place and in-place runs) of one
+    nccl-tests result row (``rules/progress.toml`` ``progress.nccl_tests_row``), None when the row
+    does not read as one. After the type: an optional op name, an optional root, then (time, algbw,
+    busbw, #wrong) per run. A row whose busbw is 0 with a non-zero algbw is a one-rank run (busbw =
+    algbw x 2(n-1)/n): no bus to measure, None."""
+    tok = _TAG.sub(" ", message).split()
+    if len(tok) < 7 or not (tok[0].isdigit() and tok[1].isdigit()):
+        return None
+    rest = tok[3:]
+    if rest and rest[0].isalpha():
+        rest = rest[1:]
+    if len(rest) % 4 == 1:
+        rest = rest[1:]                      # the root column
+    if len(rest) not in (4, 8) or not all(_NUM.match(x) for x in rest):
+        return None
+    try:
+        runs = [(float(rest[i + 1]), float(rest[i + 2])) for i in range(0, len(rest), 4)]
+    except ValueError:
+        return None
+    busbw = max(b for _, b in runs)
+    if busbw <= 0 and max(a for a, _ in runs) > 0:
+        return None
+    return int(tok[0]), busbw
+
+
+def _nccl_tests(det: StragglerDetector, job: str, recs: list[dict]) -> list[dict]:
+    """nccl-tests rows of a job in order, cut into runs (a run's sizes grow; a smaller size starts the
+    next test). Per run, ``investigate`` (the rows name no rank or node) when
+    * **collapse**: two sizes in a row of ``busbw_collapse_min_bytes`` and up both carry under
+      ``busbw_collapse_ratio`` x the best busbw of the smaller sizes (a dip at one size that recovers
+      is a tuning artefact, not a slow path);
+    * **low**: the first row of ``busbw_low_min_bytes`` and up carries under ``busbw_low_gbs`` GB/s —
+      below any current GPU interconnect (PCIe Gen3 x16 or one 100 Gb/s link carry ~12 GB/s).
+    Each verdict is made at the row that decides it, whatever rows come after (a watch that reads the
+    rows across several passes makes the same finding as one replay)."""
+    runs: list[list[tuple[int, int, float]]] = []
+    for r in recs:
+        for line in (r["message"] or "").splitlines():    # a record may hold the header and several rows
+            got = nccl_tests_row(line)
+            if got is None:
+                continue
+            if not runs or got[0] <= runs[-1][-1][1]:
+                runs.append([])
+            runs[-1].append((_t(r), *got))
+    for run in runs:
+        for i, (t, size, bw) in enumerate(run):
+            if i and size >= det.busbw_collapse_min_bytes and run[i - 1][1] >= det.busbw_collapse_min_bytes:
+                ref = max((b for _, _, b in run[: i - 1]), default=0.0)
+                if ref > 0 and max(run[i - 1][2], bw) < det.busbw_collapse_ratio * ref:
+                    return [_busbw_row(t, job, "collapse",
+                                       f"nccl-tests: busbw falls from {ref:.2f} GB/s to {run[i - 1][2]:.2f} GB/s at "
+                                       f"{_size(run[i - 1][1])} and {bw:.2f} GB/s at {_size(size)} — the collective path "
+                                       "is far below its own smaller-message rate; investigate the fabric (a slow NIC, "
+                                       "link or node)", {"from_gbs": ref, "to_gbs": bw, "at_bytes": run[i - 1][1]})]
+            # the first row of busbw_low_min_bytes and up decides (the rows after it: the same path, larger)
+            if size >= det.busbw_low_min_bytes and all(s < det.busbw_low_min_bytes for _, s, _ in run[:i]):
+                if bw < det.busbw_low_gbs:
+                    return [_busbw_row(t, job, "low",
+                                       f"nccl-tests: busbw {bw:.2f} GB/s at {_size(size)} — below {det.busbw_low_gbs:g} "
+                                       "GB/s, under any current GPU interconnect (PCIe Gen3 x16 or one 100 Gb/s link "
+                                       "carries ~12 GB/s); investigate the fabric and the path NCCL chose",
+                                       {"gbs": bw, "at_bytes": size})]
+    return []
+
+
+def _size(n: int) -> str:
+    for unit, k in (("GiB", 30), ("MiB", 20), ("KiB", 10)):
+        if n >= 1 << k and n % (1 << k) == 0:
+            return f"{n >> k} {unit}"
+    return f"{n} B"
+
+
+def _busbw_row(t: int, job: str, kind: str, message: str, detail: dict) -> dict:
+    return {"time_ns": t, "host": None, "job_id": job, "category": "straggler", "severity": "low", "role": "cause",
+            "action": "investigate", "message": message, "detail": {"kind": f"busbw_{kind}", **detail}}
+
+
 def rank_outliers(det: StragglerDetector, findings: pl.DataFrame, ctx: DetectContext) -> list[dict]:
     """Short-evidence verdicts (``rank_outliers.py``): a report listing per-rank values, and per-rank
     progress lines with an outlier rank in the job's first steps. Both are made once, at the report
@@ -537,14 +630,21 @@ def _slowdowns(det: StragglerDetector, f: pl.DataFrame) -> list[dict]:
     if p.height < det.slowdown_baseline + det.slowdown_persist:
         return []
     k = det.slowdown_persist
-    if det.slowdown_ratio > 0:
+    # a job with one progress stream has no peer to compare with: its own past is the only reference, and a
+    # smaller lasting rise counts (slowdown_ratio_alone); with peers, a rank's rise is judged against them by
+    # the windowed verdicts, and only a large one here
+    p = p.with_columns(pl.when(pl.struct(key[1:]).n_unique().over("job_id") > 1).then(pl.lit(det.slowdown_ratio))
+                       .otherwise(pl.lit(det.slowdown_ratio_alone)).alias("_ratio"))
+    lowest = min(det.slowdown_ratio, det.slowdown_ratio_alone)
+    if lowest > 0:
         # a cheap necessary condition first (the rolling windows over a fleet's streams were most of
         # this detector's time): a hit's low is at most the stream's largest step time and its baseline
         # median at least the smallest, so only a stream whose max reaches ratio x its min (and long
         # enough for a baseline) can qualify; the others are left out whole (each stream's rolling
         # windows are its own: the same values for the rest)
-        span = p.group_by(key).agg(st.max().alias("_hi"), st.min().alias("_lo"), pl.len().alias("_n"))
-        cand = span.filter((pl.col("_hi") >= det.slowdown_ratio * pl.col("_lo"))
+        span = p.group_by(key).agg(st.max().alias("_hi"), st.min().alias("_lo"), pl.len().alias("_n"),
+                                   pl.col("_ratio").first())
+        cand = span.filter((pl.col("_hi") >= pl.col("_ratio") * pl.col("_lo"))
                            & (pl.col("_n") >= k + det.slowdown_baseline)).select(key)
         if cand.is_empty():
             return []
@@ -555,7 +655,7 @@ def _slowdowns(det: StragglerDetector, f: pl.DataFrame) -> list[dict]:
         .alias("_before"),
         st.rolling_min(window_size=k, min_samples=k).over(key).alias("_low"),
         st.rolling_median(window_size=k, min_samples=k).over(key).alias("_now"))
-    hit = (p.filter(pl.col("_before").is_not_null() & (pl.col("_low") >= det.slowdown_ratio * pl.col("_before")))
+    hit = (p.filter(pl.col("_before").is_not_null() & (pl.col("_low") >= pl.col("_ratio") * pl.col("_before")))
            .unique("job_id", keep="first", maintain_order=True))
     out = []
     for r in hit.select("time", "job_id", "rank", "rule_id", "_before", "_now").iter_rows(named=True):

@@ -65,3 +65,15 @@ def test_a_sec_per_batch_slowdown_is_a_straggler_slowdown(tmp_path):
     inc = replay_text(tmp_path, "\n".join(lines) + "\n").incidents
     assert inc and inc[0].category == "straggler"
     assert {a.kind for a in inc[0].actions} <= {"investigate"}
+
+
+def test_a_throughput_drop_of_a_half_that_stays_is_a_slowdown_and_a_spike_is_not(tmp_path):
+    # apache/mxnet python/mxnet/callback.py Speedometer: "Epoch[%d] Batch [%d]\tSpeed: %.2f samples/sec\t%s"
+    def lines(speeds):
+        return "\n".join(f"INFO:root:Epoch[6] Batch [{10 * (i + 1)}]\tSpeed: {s:.2f} samples/sec\taccuracy=0.48"
+                         for i, s in enumerate(speeds)) + "\n"
+    # ~490 -> ~328 samples/sec (1.5x the step time) for the rest of the run: investigate the slowdown
+    inc = replay_text(tmp_path / "a", lines([490.4, 486.6, 497.6, 492.6, 328.8, 328.9, 328.5, 328.6])).incidents
+    assert inc and inc[0].category == "straggler" and {a.kind for a in inc[0].actions} <= {"investigate"}
+    # one slow batch (a checkpoint save, an evaluation) and jitter of 10 %: nothing
+    assert replay_text(tmp_path / "b", lines([490.4, 486.6, 497.6, 250.0, 491.0, 489.9, 452.0, 488.1])).incidents == []

@@ -147,3 +147,54 @@ def test_two_ranks_the_slower_named_only_when_it_persists(tmp_path: Path) -> Non
     assert run(tmp_path / "b", rank_lines(slow=1, n_ranks=2, steps=1)) == []
     even = [f"[rank{r}]: step {10 * (s + 1)} step_time={0.50 if r == 0 else 0.60:.3f}s" for s in range(4) for r in range(2)]
     assert run(tmp_path / "c", even) == []
+
+
+# nccl-tests src/common.cu result rows: "%12li  %12li  %8s  %6s  %6i" (size, count, type, op, root), then
+# "  %7s  %6.2f  %6.2f  %5g" (time, algbw, busbw, #wrong) for the out-of-place and the in-place run
+def _nccl_rows(busbw: list[float], start: int = 1 << 20, tag: str = "") -> list[str]:
+    out = []
+    for i, bw in enumerate(busbw):
+        size = start << i
+        t = size / (bw * 1e3 / 1.75) if bw else 1.0
+        out.append(f"{tag}{size:12d}  {size // 4:12d}  {'float':>8s}  {'sum':>6s}  {-1:6d}{tag}  {t:7.1f}  {bw / 1.75:6.2f}"
+                   f"  {bw:6.2f}  {0:5d}{tag}  {t:7.1f}  {bw / 1.75:6.2f}  {bw:6.2f}  {0:5d}")
+    return out
+
+
+def test_nccl_tests_row_parser_reads_every_layout() -> None:
+    from recovery_logs.detectors.stragglers import nccl_tests_row
+    # NVIDIA/nccl-tests#232 (root column), #78 (no root; alltoall prints no op), NVIDIA/nccl#1453 (--tag-output)
+    assert nccl_tests_row("    16777216       4194304     float     sum      -1    420.5   39.90   39.90      0"
+                          "    419.9   39.95   39.95      0") == (16777216, 39.95)
+    assert nccl_tests_row("   268435456       1048576     float           520935    0.52    0.51  0e+00   519562"
+                          "    0.52    0.51  1e+00") == (268435456, 0.51)
+    assert nccl_tests_row("[0]     67108864      16777216     float     sum      -1[0]     24410    2.75    5.27"
+                          "      0[0]     24425    2.75    5.27      0") == (67108864, 5.27)
+    # one rank (busbw = algbw x 2(n-1)/n = 0): nothing on the bus to judge; a header is no row
+    assert nccl_tests_row("    16777216       4194304     float     sum      -1    40.5  414.20    0.00      0"
+                          "    39.9  420.48    0.00      0") is None
+    assert nccl_tests_row("#       size         count      type   redop    root     time   algbw   busbw #wrong") is None
+
+
+def test_nccl_tests_busbw_collapse_and_low_bandwidth_are_investigated(tmp_path: Path) -> None:
+    # the busbw falls to a fifth at 64 MiB and stays there (NVIDIA/nccl#1453's shape): investigate
+    got = run(tmp_path / "a", _nccl_rows([1.2, 1.7, 12.9, 16.2, 24.1, 29.5, 5.3, 5.2, 4.1, 5.3]))
+    assert len(got) == 1 and kinds(got[0]) == ["investigate"] and "falls from 29.50 GB/s to 5.30 GB/s at 64 MiB" in got[0].cause
+    # the same with mpirun --tag-output chunks
+    got = run(tmp_path / "b", _nccl_rows([1.2, 1.7, 12.9, 16.2, 24.1, 29.5, 5.3, 5.2], tag="[0]"))
+    assert len(got) == 1 and kinds(got[0]) == ["investigate"]
+    # a dip at one size that recovers (a plugin's tuning artefact), a healthy sweep, a collapse at the last size
+    # only (nothing shows it stays): no verdict
+    assert run(tmp_path / "c", _nccl_rows([11.9, 16.6, 32.6, 19.1, 30.7, 42.6], start=8 << 20)) == []
+    assert run(tmp_path / "d", _nccl_rows([40.0, 60.0, 80.0, 95.0, 96.0, 96.5])) == []
+    assert run(tmp_path / "e", _nccl_rows([40.0, 60.0, 80.0, 95.0, 96.0, 9.0])) == []
+    # every row of 128 MiB and up under 5 GB/s (NVIDIA/nccl-tests#78: 4.3 GB/s on 8 nodes of 100 Gb/s IB)
+    got = run(tmp_path / "f", _nccl_rows([4.33, 4.32], start=256 << 20))
+    assert len(got) == 1 and kinds(got[0]) == ["investigate"] and "busbw 4.33 GB/s at 256 MiB" in got[0].cause
+    assert run(tmp_path / "g", _nccl_rows([12.1, 12.2], start=256 << 20)) == []
+    # the indented rows of a real log read as one record with the header before them
+    lines = ["#       size         count      type   redop    root     time   algbw   busbw #wrong     time   algbw"
+             "   busbw #wrong", *[" " + r for r in _nccl_rows([4.33, 4.32], start=256 << 20)],
+             "# Avg bus bandwidth    : 4.32178 "]
+    got = run(tmp_path / "h", lines)
+    assert len(got) == 1 and kinds(got[0]) == ["investigate"]

@@ -141,11 +141,16 @@ def _slowdowns_unfiltered(det, p: pl.DataFrame) -> pl.DataFrame:
     t = pl.col("step_time_s")
     k = det.slowdown_persist
     p = p.filter(t.is_not_null() & t.is_finite() & (t > 0)).sort(["time", "seq"], nulls_last=True)
+    # the job's own ratio: slowdown_ratio_alone when the job has one stream, slowdown_ratio with peers
+    streams = p.group_by("job_id").agg(pl.struct(key[1:]).n_unique().alias("_n"))
+    alone = set(streams.filter(pl.col("_n") == 1)["job_id"].to_list())
+    p = p.with_columns(pl.when(pl.col("job_id").is_in(list(alone))).then(pl.lit(det.slowdown_ratio_alone))
+                       .otherwise(pl.lit(det.slowdown_ratio)).alias("_ratio"))
     p = p.with_columns(
         t.shift(k).rolling_median(window_size=det.slowdown_window, min_samples=det.slowdown_baseline).over(key)
         .alias("_before"),
         t.rolling_min(window_size=k, min_samples=k).over(key).alias("_low"))
-    return (p.filter(pl.col("_before").is_not_null() & (pl.col("_low") >= det.slowdown_ratio * pl.col("_before")))
+    return (p.filter(pl.col("_before").is_not_null() & (pl.col("_low") >= pl.col("_ratio") * pl.col("_before")))
             .unique("job_id", keep="first", maintain_order=True))
 
 
