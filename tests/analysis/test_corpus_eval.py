@@ -47,7 +47,10 @@ CORPUS = Path(__file__).resolve().parents[1] / "corpus" / "real"
 # unambiguous 0.905) after the f2-* pass; a seventh blind pass (`h7*-`, 55 excerpts, 39 non-benign) scored 0.641
 # (25/39) on the rules of the day's start and its end alike, and with it the split is 0.770 (218/283); 0.774 (219/283)
 # after the attribution change; an eighth blind pass (`h8r-*`, 16 excerpts, 10 non-benign) scored 0.70 (7/10) before and
-# after the g1-* hunting pass, and with it the split is 0.771 (226/293, unambiguous 0.904). Its floor here is a
+# after the g1-* hunting pass, and with it the split is 0.771 (226/293, unambiguous 0.904); a ninth blind pass (`h9-*`,
+# 15 excerpts, 12 non-benign) scored 0.75 (9/12) before and after the g3-* pass, and with it the split is 0.770
+# (235/305, unambiguous 0.907); 0.780 (238/305) after the ncclSystemError / NCCL CUDA-failure boundaries. Its floor
+# here is a
 # regression guard just below that measurement; the dev split carries the floors. Crashes and benign actions
 # have the same zero floors everywhere.
 HOLDOUT_MIN_CATEGORY = 0.75
