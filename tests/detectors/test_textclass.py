@@ -26,7 +26,8 @@ POSITIVE = [
     ("RuntimeError: CUDA error: unspecified launch failure", "cuda_error", "XPixelGroup/BasicSR#211"),
     ("         Link 3: <inactive>", "nvlink", "Azure/azhpc-diagnostics#73"),
     ("\tstate:\t\t 1: DOWN", "infiniband_link", "NVIDIA/nccl#1935"),
-    ("mcelog[808]: MCE 0", "host_hardware", "abrt/abrt#1281"),
+    ("localhost.localdomain mcelog[2226]: Transaction: Memory read error", "host_hardware",
+     "winddoing.github.io: kernel: mce: [Hardware Error]: Machine check events logged"),
 ]
 BENIGN = [
     ("Mar 27 15:37:34 cc1 kernel: mlx5_core 0000:01:00.1 eth1: Link up", "bigstack-oss/cubecos#733"),
@@ -36,7 +37,8 @@ BENIGN = [
 ]
 # lines no rule claims on their own (a replay of each alone makes a model-only incident)
 MODEL_ONLY = [
-    ("mcelog[808]: MCE 0", "host_hardware", "abrt/abrt#1281"),
+    ("localhost.localdomain mcelog[2226]: Transaction: Memory read error", "host_hardware",
+     "winddoing.github.io: kernel: mce: [Hardware Error]: Machine check events logged"),
     ("[   49.261465] NVRM: os_pci_init_handle: invalid context!", "xid", "Bumblebee-Project/Bumblebee#554"),
 ]
 # a rule's own example (rules/nvidia_xid.toml must_match)
