@@ -49,8 +49,9 @@ CORPUS = Path(__file__).resolve().parents[1] / "corpus" / "real"
 # after the attribution change; an eighth blind pass (`h8r-*`, 16 excerpts, 10 non-benign) scored 0.70 (7/10) before and
 # after the g1-* hunting pass, and with it the split is 0.771 (226/293, unambiguous 0.904); a ninth blind pass (`h9-*`,
 # 15 excerpts, 12 non-benign) scored 0.75 (9/12) before and after the g3-* pass, and with it the split is 0.770
-# (235/305, unambiguous 0.907); 0.780 (238/305) after the ncclSystemError / NCCL CUDA-failure boundaries. Its floor
-# here is a
+# (235/305, unambiguous 0.907); 0.780 (238/305) after the ncclSystemError / NCCL CUDA-failure boundaries; a tenth blind
+# pass (`h10-*`, 7 excerpts, 5 non-benign) scored 0.20 (1/5) before and after the g4-* pass, and with it the split is
+# 0.771 (239/310) before that pass's rules and 0.777 (241/310, unambiguous 0.907) after them. Its floor here is a
 # regression guard just below that measurement; the dev split carries the floors. Crashes and benign actions
 # have the same zero floors everywhere.
 HOLDOUT_MIN_CATEGORY = 0.75
